@@ -1,0 +1,141 @@
+"""manifest.json: what an artifact is, how it was made, and from what (DESIGN §2).
+
+Every artifact directory carries one. Inputs are recorded with the sha256 of their own manifest
+(for artifacts) or of the file itself (for raw inputs such as WARC files), so following
+`inputs` walks the lineage from a model back to the crawl it came from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from llmctl import __version__
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Manifest:
+    kind: str  # docs | tokens | tokenizer | run | eval ...
+    stage: str  # the command that wrote it: crawl-extract, filter, cat ...
+    config: dict = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
+    inputs: list[dict] = field(default_factory=list)
+    outputs: list[dict] = field(default_factory=list)
+    counts: dict = field(default_factory=dict)
+    errors: list[dict] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    llmctl_version: str = __version__
+    created: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def output_entry(path: Path, rows: int | None, root: Path) -> dict:
+    """One `outputs` row: file name relative to the artifact, rows, bytes, sha256."""
+    return {
+        "file": str(path.relative_to(root)),
+        "rows": rows,
+        "bytes": path.stat().st_size,
+        "sha256": file_sha256(path),
+    }
+
+
+def input_ref(path: str | os.PathLike) -> dict:
+    """How an input is named in a manifest: an artifact by its manifest, a raw file by its bytes."""
+    p = Path(path)
+    if str(path) == "-":
+        return {"path": "-", "kind": "stream"}
+    if p.is_dir() and (p / MANIFEST).exists():
+        m = read_manifest(p)
+        return {
+            "path": str(p.resolve()),
+            "kind": m.kind,
+            "manifest_sha256": file_sha256(p / MANIFEST),
+        }
+    if p.is_file():
+        return {"path": str(p.resolve()), "kind": "file", "bytes": p.stat().st_size, "sha256": file_sha256(p)}
+    return {"path": str(p.resolve()), "kind": "dir"}
+
+
+def write_manifest(out_dir: str | os.PathLike, manifest: Manifest) -> Path:
+    """Atomically write OUT/manifest.json; its presence is what marks an artifact complete."""
+    out = Path(out_dir)
+    if not manifest.created:
+        manifest.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if not manifest.command:
+        manifest.command = list(sys.argv)
+    tmp = out / f".{MANIFEST}.tmp-{os.getpid()}"
+    tmp.write_text(manifest.to_json(), encoding="utf-8")
+    os.replace(tmp, out / MANIFEST)
+    return out / MANIFEST
+
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    p = Path(path)
+    if p.is_dir():
+        p = p / MANIFEST
+    data = json.loads(p.read_text(encoding="utf-8"))
+    known = {k: v for k, v in data.items() if k in Manifest.__dataclass_fields__}
+    return Manifest(**known)
+
+
+def has_manifest(path: str | os.PathLike) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def lineage(path: str | os.PathLike) -> dict:
+    """The tree of manifests from `path` back to its raw inputs.
+
+    Each node: {path, kind, stage, command, counts, inputs: [node...]}. A raw input is a leaf
+    with its recorded sha256, plus `changed: true` when the file on disk no longer matches.
+    """
+    p = Path(path)
+    if not has_manifest(p):
+        raise FileNotFoundError(f"{p} has no {MANIFEST}")
+    return _node(p, seen=set())
+
+
+def _node(p: Path, seen: set[str]) -> dict:
+    m = read_manifest(p)
+    node = {
+        "path": str(p),
+        "kind": m.kind,
+        "stage": m.stage,
+        "command": m.command,
+        "created": m.created,
+        "counts": m.counts,
+        "inputs": [],
+    }
+    key = str(p.resolve())
+    if key in seen:  # a cycle can only come from hand-edited manifests; do not loop forever
+        return node
+    seen.add(key)
+    for ref in m.inputs:
+        ip = Path(ref.get("path", ""))
+        if ref.get("manifest_sha256") is not None and has_manifest(ip):
+            child = _node(ip, seen)
+            child["changed"] = file_sha256(ip / MANIFEST) != ref["manifest_sha256"]
+        else:
+            child = dict(ref)
+            if ref.get("sha256") and ip.is_file():
+                child["changed"] = ip.stat().st_size != ref.get("bytes") or file_sha256(ip) != ref["sha256"]
+            elif ref.get("path") not in (None, "-"):
+                child["missing"] = not ip.exists()
+        node["inputs"].append(child)
+    return node

@@ -1,0 +1,242 @@
+"""The `llmctl` command line: one thin command per stage. Commands parse flags and call a stage
+function; everything they show goes to stderr, except the artifact itself (`-o -`), `inspect`
+and `lineage` views, and `--json` summaries, which go to stdout.
+
+Exit codes (DESIGN §3): 0 ok; 1 the run failed; 2 usage error (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.tree import Tree
+
+from llmctl import __version__
+from llmctl.console import ConsoleProgress, err, flatten, print_json, table
+from llmctl.errors import StageFailed, UsageError
+
+app = typer.Typer(
+    name="llmctl",
+    help="From raw web crawl to a trained, evaluated, RL-tuned model: one command per stage.\n\n"
+    "Stages read and write artifacts (directories with a manifest.json) or Arrow streams when a "
+    "path is '-', so they chain in shell pipes and Makefiles.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@dataclasses.dataclass
+class Globals:
+    quiet: bool = False
+    json: bool = False
+
+
+G = Globals()
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"llmctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, no summary, no log lines.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print a machine-readable summary (JSON) on stdout.")] = False,
+    version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")] = None,
+) -> None:
+    G.quiet, G.json = quiet, json_
+
+
+# Options that every command also accepts after its name (`llmctl cat a -o b --quiet`).
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, no summary, no log lines.")]
+Json = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary (JSON) on stdout.")]
+Out = Annotated[str, typer.Option("--output", "-o", help="Output artifact directory, or '-' for an Arrow stream on stdout.")]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace OUT if it exists instead of resuming into it.")]
+
+
+def _flags(quiet: bool, json_: bool) -> tuple[bool, bool]:
+    return G.quiet or quiet, G.json or json_
+
+
+def report(manifest, out: str, quiet: bool, as_json: bool) -> None:
+    """The end-of-command summary: a table for people (stderr) or JSON for programs."""
+    summary = {
+        "stage": manifest.stage,
+        "output": out,
+        "counts": manifest.counts,
+        "files": len(manifest.outputs),
+        "wall_seconds": manifest.wall_seconds,
+        "errors": manifest.errors[:20],
+    }
+    if as_json:
+        print_json(summary, to_stderr=out == "-")
+        return
+    if quiet:
+        return
+    rows = flatten(manifest.counts)
+    if manifest.wall_seconds and manifest.counts.get("out"):
+        rows.append(("docs/s", f"{manifest.counts['out'] / manifest.wall_seconds:,.1f}"))
+    rows.append(("wall seconds", manifest.wall_seconds))
+    rows.append(("output", out if out != "-" else "stdout (Arrow stream)"))
+    err.print(table(f"llmctl {manifest.stage}", rows))
+
+
+# ---------------------------------------------------------------------------------------------
+# inspect / lineage
+
+
+@app.command()
+def inspect(
+    path: Annotated[str, typer.Argument(help="An artifact directory, Parquet/JSONL docs, WARC file(s), or '-'.")],
+    samples: Annotated[int, typer.Option("--samples", "-n", help="Sample rows to show.")] = 3,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Show what PATH is: kind, schema, counts, a few sample rows (any artifact, docs or WARC)."""
+    from llmctl.inspection import inspect_path
+
+    _, as_json = _flags(quiet, json_)
+    info = inspect_path(path, samples=samples)
+    if as_json:
+        print_json(info)
+        return
+    from rich.console import Console
+
+    out = Console(highlight=False)
+    head = [(k, info[k]) for k in ("path", "kind", "stage", "created", "files", "rows", "bytes") if k in info]
+    out.print(table("inspect", head))
+    for key in ("counts", "records", "http_status", "content_types"):
+        if info.get(key):
+            out.print(table(key, flatten(info[key])))
+    if info.get("schema"):
+        out.print(table("schema", list(info["schema"].items()), headers=("column", "type")))
+    for i, row in enumerate(info.get("samples", [])):
+        out.print(table(f"sample {i}", [(k, v) for k, v in row.items()]))
+    errors = info.get("errors") or []
+    if errors:
+        out.print(table("errors", [(e.get("file", e.get("shard", "")), e.get("offset", ""), e.get("error", e.get("message", ""))) for e in errors], headers=("where", "offset", "error")))
+
+
+@app.command()
+def lineage(
+    path: Annotated[str, typer.Argument(help="An artifact directory with a manifest.json.")],
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Show the chain of manifests from PATH back to the raw inputs (and whether any changed)."""
+    from llmctl.artifacts.manifest import lineage as build
+
+    _, as_json = _flags(quiet, json_)
+    if not Path(path, "manifest.json").is_file():
+        raise UsageError(f"{path} is not an artifact (no manifest.json)")
+    node = build(path)
+    if as_json:
+        print_json(node)
+        return
+
+    def add(tree: Tree, n: dict) -> None:
+        if "stage" in n:
+            label = f"[bold]{n['kind']}[/bold] {n['path']}  ← llmctl {n['stage']} ({n.get('created', '')})"
+            if n.get("changed"):
+                label += "  [red]changed since[/red]"
+            sub = tree.add(label)
+            for c in n["inputs"]:
+                add(sub, c)
+        else:
+            flag = " [red]changed[/red]" if n.get("changed") else " [red]missing[/red]" if n.get("missing") else ""
+            sha = f" sha256:{n['sha256'][:12]}" if n.get("sha256") else ""
+            tree.add(f"{n.get('kind', 'file')} {n.get('path')}{sha}{flag}")
+
+    from rich.console import Console
+
+    root_tree = Tree("lineage")
+    add(root_tree, node)
+    Console(highlight=False).print(root_tree)
+
+
+# ---------------------------------------------------------------------------------------------
+# cat / head
+
+
+@app.command()
+def cat(
+    inputs: Annotated[list[str], typer.Argument(help="Docs inputs: artifacts, Parquet/JSONL files or dirs, globs, or '-'.")],
+    output: Out = ...,
+    rows_per_part: Annotated[int, typer.Option(help="Rows per output Parquet part.")] = 1_000_000,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Concatenate docs into one artifact or stream (columns are unioned, missing ones null)."""
+    from llmctl.docs_ops import CatConfig, run_cat
+
+    quiet, as_json = _flags(quiet, json_)
+    m = run_cat(inputs, output, CatConfig(rows_per_part=rows_per_part, overwrite=overwrite), ConsoleProgress(quiet))
+    report(m, output, quiet, as_json)
+
+
+@app.command()
+def head(
+    input: Annotated[str, typer.Argument(help="Docs input (artifact, Parquet/JSONL, or '-').")],
+    n: Annotated[int, typer.Option("-n", "--lines", help="Number of documents to keep.")] = 10,
+    output: Out = ...,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """The first N documents of INPUT, as an artifact or stream (stops reading early)."""
+    from llmctl.docs_ops import CatConfig, run_cat
+
+    quiet, as_json = _flags(quiet, json_)
+    m = run_cat([input], output, CatConfig(limit=n, overwrite=overwrite), ConsoleProgress(quiet))
+    report(m, output, quiet, as_json)
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point
+
+
+# typer vendors its own click; its parser errors all derive from the base of BadParameter.
+_ClickUsageError = typer.BadParameter.__mro__[1]
+
+
+def _fail(code: int, message: str) -> None:
+    err.print(f"llmctl: error: {message}", markup=False, highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="llmctl", standalone_mode=False)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except _ClickUsageError as e:  # bad flags or arguments, found by the parser
+        if type(e).__name__ == "NoArgsIsHelpError":
+            err.print(e.format_message(), markup=False, highlight=False)
+            sys.exit(2)
+        _fail(2, (e.format_message().splitlines() or ["bad usage"])[0])
+    except UsageError as e:
+        _fail(2, str(e))
+    except StageFailed as e:
+        _fail(1, str(e))
+    except BrokenPipeError:
+        # The reader went away (`| head`): like a Unix tool, stop quietly with SIGPIPE's status.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(141)
+    except (KeyboardInterrupt, typer.Abort):
+        _fail(130, "interrupted")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Stage configs: typed dataclasses, filled from a TOML file and then from command-line flags.
+
+Precedence, lowest first: the dataclass defaults, `--config` (a path, or a name looked up as
+`stages/<stage>/<name>.toml`), then the flags the user actually typed. The resolved dataclass is
+what the stage runs with and what its manifest records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+from llmctl.errors import UsageError
+
+C = TypeVar("C")
+
+
+def stages_dirs() -> list[Path]:
+    """Where named configs are looked up: ./stages, $LLMCTL_STAGES, then the source checkout's."""
+    dirs = [Path.cwd() / "stages"]
+    if env := os.environ.get("LLMCTL_STAGES"):
+        dirs.append(Path(env))
+    dirs.append(Path(__file__).resolve().parents[2] / "stages")
+    return dirs
+
+
+def find_config(stage: str, name_or_path: str) -> Path:
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or os.sep in name_or_path:
+        if not p.is_file():
+            raise UsageError(f"config file not found: {p}")
+        return p
+    for d in stages_dirs():
+        cand = d / stage / f"{name_or_path}.toml"
+        if cand.is_file():
+            return cand
+    raise UsageError(f"no config named {name_or_path!r} for {stage} (looked in stages/{stage}/)")
+
+
+def read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: invalid TOML ({e})") from e
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """Check a TOML/flag value against the field's type; accept the obvious widenings."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        errors = []
+        for a in args:
+            try:
+                return _coerce(name, value, a)
+            except UsageError as e:
+                errors.append(str(e))
+        raise UsageError(errors[0])
+    if origin in (list, tuple):
+        if isinstance(value, str):  # a flag given as "en,de"
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise UsageError(f"config key {name!r}: expected a list, got {value!r}")
+        (item,) = typing.get_args(hint)[:1] or (Any,)
+        items = [_coerce(name, v, item) for v in value]
+        return tuple(items) if origin is tuple else items
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool) and not (type(value) is hint):
+        raise UsageError(f"config key {name!r}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def build_config(cls: type[C], stage: str, config: str | None = None, overrides: dict | None = None) -> C:
+    """defaults < TOML file < overrides (None values in overrides mean 'flag not given')."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    if config:
+        path = find_config(stage, config)
+        data = read_toml(path)
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise UsageError(f"{path}: unknown key(s) {', '.join(unknown)} for {stage} (known: {', '.join(sorted(fields))})")
+        base = path.parent
+        for k, v in data.items():
+            values[k] = _resolve_relative(k, v, base)
+    for k, v in (overrides or {}).items():
+        if k not in fields:
+            raise KeyError(f"{cls.__name__} has no field {k}")
+        if v is not None:
+            values[k] = v
+    return cls(**{k: _coerce(k, v, hints[k]) for k, v in values.items()})
+
+
+def _resolve_relative(key: str, value: Any, base: Path) -> Any:
+    """Keys ending in `_file`/`_files` name files relative to the TOML file that mentions them."""
+    if key.endswith("_file") and isinstance(value, str) and value:
+        return str((base / value).resolve()) if not Path(value).is_absolute() else value
+    if key.endswith("_files") and isinstance(value, list):
+        return [str((base / v).resolve()) if not Path(v).is_absolute() else v for v in value]
+    return value
+
+
+def as_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,81 @@
+"""How the CLI shows work to a person: a rich progress bar and summary tables, on stderr.
+
+Library code reports through `runtime.progress.Progress`; this is the implementation the CLI
+passes in. The bar is off when stderr is not a terminal or with --quiet; log lines are shown
+unless --quiet.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from llmctl.runtime.progress import Progress
+
+err = Console(stderr=True, highlight=False)
+
+
+class ConsoleProgress(Progress):
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+        self.bar: RichBar | None = None
+        self.task = None
+
+    def start(self, total, unit="", description=""):
+        if self.quiet or not err.is_terminal:
+            return
+        self.bar = RichBar(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn() if unit != "bytes" else TextColumn("{task.percentage:>3.0f}%"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task(description, total=total)
+
+    def advance(self, n=1):
+        if self.bar is not None:
+            self.bar.advance(self.task, n)
+
+    def log(self, message):
+        if not self.quiet:
+            err.print(f"[yellow]{message}[/yellow]", markup=True, highlight=False, soft_wrap=True)
+
+    def finish(self):
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def table(title: str, rows: list[tuple], headers: tuple = ("", "")) -> Table:
+    t = Table(title=title, title_justify="left", show_header=any(headers))
+    for h in headers:
+        t.add_column(str(h))
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    return t
+
+
+def flatten(d: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """{'skipped': {'status': 3}} -> [('skipped.status', 3)] for one-level tables."""
+    rows = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            rows.extend(flatten(v, key + "."))
+        else:
+            rows.append((key, v))
+    return rows
+
+
+def print_json(obj, to_stderr: bool = False) -> None:
+    stream = sys.stderr if to_stderr else sys.stdout
+    stream.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+    stream.flush()

@@ -1,0 +1,1 @@
+"""Data stages: crawl extraction, filtering, dedup, tokenization."""

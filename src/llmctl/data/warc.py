@@ -1,0 +1,237 @@
+"""Reading WARC (and legacy ARC) files by byte range, surviving damage.
+
+Common Crawl WARCs are gzipped record by record, so a file is a chain of gzip members and any
+byte range can be read on its own: seek to the range start, find the next gzip member that holds
+a WARC record, and read every record that *starts* before the range end. Ranges are what let one
+1 GB file keep every core busy (see runtime/split.py).
+
+Damage never ends a file early: a corrupt member or an unparsable record is reported as a
+`WarcError` with its byte offset, and reading resumes at the next record boundary. Record
+parsing itself (headers, chunked transfer, content-encoding) is warcio's.
+
+Paths may be local files or, when fsspec is installed, any URL it knows (s3://, https://...).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from warcio.archiveiterator import ArchiveIterator
+from warcio.recordloader import ArchiveLoadFailed
+
+GZIP_MAGIC = b"\x1f\x8b\x08"
+READ_BLOCK = 1 << 20
+# How far past a range start we look for the next record before deciding the range holds none.
+# A single WARC record larger than this (a big video) just means the range's task finds nothing.
+RESYNC_LIMIT = 256 << 20
+
+
+class _QuietArchiveIterator(ArchiveIterator):
+    """warcio writes 'record not followed by newline' warnings straight to stderr; library code
+    must not print, and the damage it warns about is harmless to the records we read."""
+
+    def _consume_blanklines(self):
+        with contextlib.redirect_stderr(io.StringIO()):
+            return super()._consume_blanklines()
+
+
+@dataclass
+class WarcRecord:
+    offset: int  # byte offset in the file where the record (or its gzip member) starts
+    record: object  # warcio ArcWarcRecord; read its content before asking for the next item
+
+
+@dataclass
+class WarcError:
+    offset: int
+    message: str
+
+
+def open_binary(path: str):
+    """A seekable binary file for a local path or an fsspec URL."""
+    if "://" in path and not path.startswith("file://"):
+        try:
+            import fsspec
+        except ImportError as e:
+            raise OSError(f"{path}: remote paths need fsspec (pip install fsspec)") from e
+        return fsspec.open(path, "rb").open()
+    return open(path.removeprefix("file://"), "rb")
+
+
+def file_size(path: str) -> int:
+    if "://" in path and not path.startswith("file://"):
+        import fsspec
+
+        fs, p = fsspec.core.url_to_fs(path)
+        return fs.size(p)
+    return os.path.getsize(path.removeprefix("file://"))
+
+
+def sniff(path: str) -> str:
+    """'warc.gz' (gzip members), 'warc' (plain), 'arc' / 'arc.gz' (legacy, read whole only)."""
+    with open_binary(path) as f:
+        head = f.read(64)
+    if head.startswith(GZIP_MAGIC[:2]):
+        with open_binary(path) as f:
+            try:
+                first = zlib.decompressobj(31).decompress(f.read(4096), 16)
+            except zlib.error:
+                first = b""
+        return "arc.gz" if first and not first.startswith(b"WARC/") else "warc.gz"
+    return "warc" if head.startswith(b"WARC/") else "arc"
+
+
+def splittable(fmt: str) -> bool:
+    return fmt in ("warc.gz", "warc")
+
+
+def iter_records(path: str, start: int = 0, end: int | None = None) -> Iterator[WarcRecord | WarcError]:
+    """Records of `path` whose offset lies in [start, end), and errors met along the way."""
+    fmt = sniff(path)
+    if not splittable(fmt):
+        if start == 0:  # legacy ARC: no safe boundaries to split on, one task reads it all
+            yield from _iter_plain(path, 0, None)
+        return
+    if fmt == "warc.gz":
+        yield from _iter_gzip(path, start, end)
+    else:
+        yield from _iter_plain(path, start, end)
+
+
+# ---------------------------------------------------------------------------------------------
+# gzip-per-record files
+
+
+def _find_member(f, pos: int, limit: int = RESYNC_LIMIT) -> int | None:
+    """Offset of the first gzip member at or after `pos` whose content starts with a WARC header."""
+    f.seek(pos)
+    base, buf = pos, b""
+    while base + len(buf) - pos < limit:
+        block = f.read(READ_BLOCK)
+        if not block:
+            break
+        buf += block
+        i = 0
+        while (j := buf.find(GZIP_MAGIC, i)) >= 0:
+            if j + 64 > len(buf) and block:
+                break  # the candidate header runs past the buffer: read more first
+            try:
+                if zlib.decompressobj(31).decompress(buf[j : j + 4096], 16).startswith(b"WARC/"):
+                    return base + j
+            except zlib.error:
+                pass
+            i = j + 1
+        keep = max(i, len(buf) - 4096)
+        base, buf = base + keep, buf[keep:]
+    # the tail: a last candidate too close to the end of the file to hold 64 bytes
+    j = buf.find(GZIP_MAGIC)
+    while j >= 0:
+        try:
+            if zlib.decompressobj(31).decompress(buf[j:], 16).startswith(b"WARC/"):
+                return base + j
+        except zlib.error:
+            pass
+        j = buf.find(GZIP_MAGIC, j + 1)
+    return None
+
+
+def _read_member(f, offset: int) -> tuple[bytes, int]:
+    """Decompress the gzip member at `offset`; return (content, offset of the next member)."""
+    f.seek(offset)
+    d = zlib.decompressobj(31)
+    out = []
+    consumed = 0
+    while not d.eof:
+        block = f.read(READ_BLOCK)
+        if not block:
+            raise EOFError("gzip member is truncated (file ends inside it)")
+        out.append(d.decompress(block))
+        consumed += len(block) - len(d.unused_data)
+    return b"".join(out), offset + consumed
+
+
+def _iter_gzip(path: str, start: int, end: int | None) -> Iterator[WarcRecord | WarcError]:
+    with open_binary(path) as f:
+        pos = 0 if start == 0 else _find_member(f, start)
+        while pos is not None and (end is None or pos < end):
+            try:
+                content, nxt = _read_member(f, pos)
+            except (zlib.error, EOFError) as e:
+                yield WarcError(pos, f"damaged gzip member: {e}")
+                pos = _find_member(f, pos + 1)
+                continue
+            if content:
+                yield from _records_in(content, pos)
+            pos = nxt if nxt < _size(f) else None
+
+
+def _size(f) -> int:
+    cur = f.tell()
+    size = f.seek(0, io.SEEK_END)
+    f.seek(cur)
+    return size
+
+
+def _records_in(content: bytes, offset: int) -> Iterator[WarcRecord | WarcError]:
+    """Every record in one member's content (normally one; a few writers put several)."""
+    it = _QuietArchiveIterator(io.BytesIO(content), arc2warc=True, check_digests=False)
+    try:
+        while (rec := next(it, None)) is not None:
+            yield WarcRecord(offset, rec)
+    except (ArchiveLoadFailed, ValueError, EOFError, zlib.error) as e:
+        yield WarcError(offset, f"unparsable record: {_first_line(e)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# plain (uncompressed) WARC and ARC files
+
+
+def _find_plain(f, pos: int, limit: int = RESYNC_LIMIT) -> int | None:
+    """Offset of the next line starting 'WARC/1.' at or after `pos`."""
+    f.seek(max(0, pos - 2))
+    prefix = f.read(2) if pos >= 2 else b"\n\n"
+    base, buf = pos, b""
+    while base - pos < limit:
+        block = f.read(READ_BLOCK)
+        if not block:
+            break
+        buf = buf + block
+        i = 0
+        while (j := buf.find(b"WARC/1.", i)) >= 0:
+            before = (prefix + buf)[j : j + 2]
+            if before.endswith(b"\n"):
+                return base + j
+            i = j + 1
+        keep = max(0, len(buf) - 8)
+        prefix, base, buf = buf[keep - 2 : keep] if keep >= 2 else prefix, base + keep, buf[keep:]
+    return None
+
+
+def _iter_plain(path: str, start: int, end: int | None) -> Iterator[WarcRecord | WarcError]:
+    with open_binary(path) as f:
+        pos = 0 if start == 0 else _find_plain(f, start)
+        while pos is not None and (end is None or pos < end):
+            f.seek(pos)
+            it = _QuietArchiveIterator(f, arc2warc=True, check_digests=False)
+            last = pos
+            try:
+                while (rec := next(it, None)) is not None:
+                    last = it.get_record_offset()
+                    if end is not None and last >= end:
+                        return
+                    yield WarcRecord(last, rec)
+                return
+            except (ArchiveLoadFailed, ValueError, EOFError, zlib.error) as e:
+                err_at = getattr(it, "offset", last)
+                yield WarcError(max(last, min(err_at, _size(f))), f"unparsable record: {_first_line(e)}")
+                pos = _find_plain(f, max(last, err_at) + 1) if splittable(sniff(path)) else None
+
+
+def _first_line(e: Exception) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else type(e).__name__

@@ -1,0 +1,111 @@
+"""`llmctl inspect PATH`: what is this, how big, what does it look like.
+
+Works on any artifact (via its manifest), on foreign docs (Parquet/JSONL without a manifest), on
+an Arrow stream (`-`), and on raw WARC/ARC files or directories of them (record counts by type,
+HTTP status and content type). Returns a plain dict; the CLI renders it.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections import Counter
+from pathlib import Path
+
+from llmctl.artifacts.docs import STDIO, open_docs_inputs
+from llmctl.artifacts.manifest import has_manifest, read_manifest
+from llmctl.data.warc import WarcError, iter_records
+from llmctl.errors import UsageError
+
+WARC_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz")
+SAMPLE_CHARS = 200
+
+
+def is_warc_path(path: str) -> bool:
+    return path.lower().endswith(WARC_SUFFIXES) or path.lower().endswith(".warc.gz.bad")
+
+
+def warc_files(path: Path) -> list[str]:
+    if path.is_file():
+        return [str(path)]
+    return sorted(str(p) for p in path.rglob("*") if p.is_file() and is_warc_path(p.name))
+
+
+def inspect_path(path: str, samples: int = 3, stdin=None) -> dict:
+    if path != STDIO and not glob.has_magic(path) and not Path(path).exists():
+        raise UsageError(f"not found: {path}")
+    p = Path(path)
+    if path != STDIO and p.is_dir() and has_manifest(p):
+        m = read_manifest(p)
+        info = {
+            "path": path,
+            "kind": m.kind,
+            "stage": m.stage,
+            "created": m.created,
+            "command": m.command,
+            "counts": m.counts,
+            "files": len(m.outputs),
+            "bytes": sum(o.get("bytes", 0) for o in m.outputs),
+            "rows": sum(o.get("rows") or 0 for o in m.outputs if not o["file"].startswith("rejected/")),
+            "errors": m.errors[:10],
+        }
+        if m.kind == "docs":
+            info.update(_docs_view(path, samples, stdin))
+        return info
+    if path != STDIO and (is_warc_path(path) or (p.is_dir() and warc_files(p))):
+        return _warc_view(p)
+    info = {"path": path, "kind": "docs (no manifest)" if path != STDIO else "docs stream"}
+    info.update(_docs_view(path, samples, stdin, count=True))
+    return info
+
+
+def _docs_view(path: str, samples: int, stdin, count: bool = False) -> dict:
+    docs = open_docs_inputs([path], stdin=stdin)
+    rows: list[dict] = []
+    n = 0
+    for batch in docs.batches:
+        if len(rows) < samples:
+            rows.extend(batch.slice(0, samples - len(rows)).to_pylist())
+        n += batch.num_rows
+        if not count and len(rows) >= samples:
+            break
+    for r in rows:
+        for k, v in r.items():
+            if isinstance(v, str) and len(v) > SAMPLE_CHARS:
+                r[k] = v[:SAMPLE_CHARS] + "…"
+    out = {"schema": {f.name: str(f.type) for f in docs.schema}, "samples": rows}
+    if count:
+        out["rows"] = n
+        out["files"] = len(docs.sources)
+    return out
+
+
+def _warc_view(p: Path) -> dict:
+    files = warc_files(p)
+    types: Counter = Counter()
+    status: Counter = Counter()
+    ctypes: Counter = Counter()
+    errors = []
+    size = 0
+    for f in files:
+        size += Path(f).stat().st_size
+        for item in iter_records(f):
+            if isinstance(item, WarcError):
+                errors.append({"file": f, "offset": item.offset, "error": item.message})
+                continue
+            rec = item.record
+            types[rec.rec_type] += 1
+            if rec.rec_type == "response" and rec.http_headers is not None:
+                status[rec.http_headers.get_statuscode()] += 1
+                ct = (rec.http_headers.get_header("Content-Type") or "(none)").split(";")[0].strip().lower()
+                ctypes[ct] += 1
+    return {
+        "path": str(p),
+        "kind": "warc",
+        "files": len(files),
+        "bytes": size,
+        "records": dict(sorted(types.items(), key=lambda kv: str(kv[0]))),
+        "http_status": dict(sorted(status.items())),
+        "content_types": dict(ctypes.most_common(10)),
+        "errors": errors[:10],
+        "error_count": len(errors),
+    }

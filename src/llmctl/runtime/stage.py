@@ -1,0 +1,224 @@
+"""The sharded-stage driver: the conventions of DESIGN §3 written once for every data stage.
+
+A stage supplies a task list and a task function that writes its own output shard(s) into the
+artifact directory; this module does the rest:
+
+- resume: a finished shard leaves `.shards/NAME.json` (its stats) after its files were renamed
+  into place, so a re-run into the same OUT skips it; `--overwrite` starts over;
+- safety: OUT's recorded config must match, so a resumed run never mixes two configs;
+- outside schedulers: `--shard-index/--num-shards` run a subset; the manifest is written by
+  whichever job finds every shard finished;
+- `-o -`: shards are built in a temporary directory and streamed to stdout in order;
+- counts, outputs and errors of all shards are summed into the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from llmctl.artifacts.docs import STDIO, DocsSink, remove_stale_temps, unify_schemas
+from llmctl.artifacts.manifest import Manifest, output_entry, write_manifest
+from llmctl.errors import StageFailed, UsageError
+from llmctl.runtime.executor import Task, TaskResult, run_tasks
+from llmctl.runtime.progress import Progress
+from llmctl.runtime.split import select_shard
+
+SHARDS_DIR = ".shards"
+RUN_FILE = "run.json"
+
+
+@dataclass
+class RunOptions:
+    """The run-control flags every sharded stage takes."""
+
+    workers: int | None = None
+    shard_index: int = 0
+    num_shards: int = 1
+    overwrite: bool = False
+    strict: bool = False
+
+
+# A stage's task function: (task, artifact_dir, report) -> stats, where stats is
+#   {"outputs": [relative file paths written], "counts": {...}, "errors": [{...}]}
+ShardFn = Callable[[Task, Path, Callable[[int], None]], dict]
+
+
+@dataclass
+class _ShardJob:
+    """Picklable wrapper run in the worker: do the shard, then mark it done (durably)."""
+
+    fn: ShardFn
+    work_dir: Path
+
+    def __call__(self, task: Task, report: Callable[[int], None]) -> dict:
+        stats = self.fn(task, self.work_dir, report)
+        stats["name"] = task.name
+        stats["outputs"] = [
+            output_entry(self.work_dir / f, pq.ParquetFile(self.work_dir / f).metadata.num_rows, self.work_dir)
+            for f in stats.get("outputs", [])
+        ]
+        marker = self.work_dir / SHARDS_DIR / f"{task.name}.json"
+        tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(stats, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, marker)
+        return stats
+
+
+def config_digest(stage: str, config: dict) -> str:
+    return hashlib.sha256(json.dumps([stage, config], sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _prepare_out(out: Path, stage: str, digest: str, overwrite: bool) -> None:
+    run_file = out / SHARDS_DIR / RUN_FILE
+    if out.exists() and overwrite:
+        shutil.rmtree(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"output {out} exists and is not a directory")
+    if out.exists() and any(out.iterdir()):
+        if not run_file.exists():
+            raise UsageError(f"output {out} is not empty and was not written by llmctl {stage}; use --overwrite")
+        recorded = json.loads(run_file.read_text())
+        if recorded.get("digest") != digest:
+            raise UsageError(
+                f"output {out} holds shards made with a different {recorded.get('stage', '?')} config; "
+                "use --overwrite to start over"
+            )
+    (out / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(out)
+    run_file.write_text(json.dumps({"stage": stage, "digest": digest}), encoding="utf-8")
+
+
+def sum_counts(into: dict, add: dict) -> dict:
+    """Add nested count dicts: {"skipped": {"status": 3}} + {"skipped": {"status": 1}}."""
+    for k, v in add.items():
+        if isinstance(v, dict):
+            sum_counts(into.setdefault(k, {}), v)
+        else:
+            into[k] = into.get(k, 0) + v
+    return into
+
+
+def run_sharded(
+    *,
+    stage: str,
+    kind: str,
+    out: str,
+    tasks: list[Task],
+    fn: ShardFn,
+    config: dict,
+    inputs: list[dict],
+    opts: RunOptions,
+    progress: Progress | None = None,
+    stdout=None,
+    schema=None,
+) -> Manifest:
+    """Run a sharded stage into `out` (a directory, or `-` for an Arrow stream on stdout)."""
+    progress = progress or Progress()
+    t0 = time.perf_counter()
+    digest = config_digest(stage, config)
+    streaming = out == STDIO
+    tmp = tempfile.TemporaryDirectory(prefix=f"llmctl-{stage}-") if streaming else None
+    work = Path(tmp.name) if streaming else Path(out)
+    try:
+        _prepare_out(work, stage, digest, opts.overwrite and not streaming)
+        mine = select_shard(tasks, opts.shard_index, opts.num_shards) if not streaming else tasks
+        done = {t.name for t in mine if (work / SHARDS_DIR / f"{t.name}.json").exists()}
+        todo = [t for t in mine if t.name not in done]
+
+        progress.start(sum(t.weight for t in todo), description=stage)
+        sink = _StreamOut(work, stdout, schema) if streaming else None
+        results = run_tasks(
+            _ShardJob(fn, work),
+            todo,
+            workers=opts.workers,
+            progress=progress,
+            on_result=sink.emit if sink else None,
+        )
+        progress.finish()
+        if sink:
+            sink.close()
+        failed = [r for r in results if not r.ok]
+        for r in failed:
+            progress.log(f"{stage}: shard {r.name} failed: {r.error}")
+        manifest = _manifest(stage, kind, work, tasks, results, config, inputs, time.perf_counter() - t0)
+        all_done = all((work / SHARDS_DIR / f"{t.name}.json").exists() for t in tasks)
+        if not streaming and (all_done or failed):
+            write_manifest(work, manifest)
+        if failed and opts.strict:
+            raise StageFailed(f"{len(failed)} shard(s) failed (--strict): {failed[0].name}: {failed[0].error}")
+        return manifest
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _manifest(stage, kind, work: Path, tasks, results: list[TaskResult], config, inputs, wall) -> Manifest:
+    counts: dict = {}
+    outputs: list[dict] = []
+    errors: list[dict] = []
+    for t in tasks:
+        marker = work / SHARDS_DIR / f"{t.name}.json"
+        if marker.exists():
+            stats = json.loads(marker.read_text(encoding="utf-8"))
+            sum_counts(counts, stats.get("counts", {}))
+            outputs.extend(stats["outputs"])
+            errors.extend(stats.get("errors", []))
+    for r in results:
+        if not r.ok:
+            errors.append({"shard": r.name, "error": r.error})
+    counts["errors"] = counts.get("errors", 0) + sum(1 for r in results if not r.ok)
+    counts["shards"] = len(tasks)
+    return Manifest(
+        kind=kind,
+        stage=stage,
+        config=config,
+        command=list(sys.argv),
+        inputs=inputs,
+        outputs=outputs,
+        counts=counts,
+        errors=errors,
+        wall_seconds=round(wall, 3),
+    )
+
+
+class _StreamOut:
+    """Streams finished shards to stdout in task order, then deletes them."""
+
+    def __init__(self, work: Path, stdout, schema=None):
+        self.work = work
+        self.stdout = stdout
+        self.schema = schema  # written even when no shard has rows, so a reader downstream sees a valid empty stream
+        self.sink: DocsSink | None = None
+
+    def emit(self, r: TaskResult) -> None:
+        if not r.ok:
+            return
+        for o in r.stats["outputs"]:
+            if o["file"].startswith("rejected/"):
+                continue
+            path = self.work / o["file"]
+            pf = pq.ParquetFile(path)
+            if self.sink is None:
+                self.sink = DocsSink(STDIO, pf.schema_arrow, stdout=self.stdout)
+            elif not pf.schema_arrow.equals(self.sink.schema):
+                unify_schemas([self.sink.schema, pf.schema_arrow])  # raises a clear error if impossible
+            for b in pf.iter_batches():
+                self.sink.write(b)
+            path.unlink()
+
+    def close(self) -> None:
+        if self.sink is None and self.schema is not None:
+            self.sink = DocsSink(STDIO, self.schema, stdout=self.stdout)
+        if self.sink is not None:
+            self.sink.close()

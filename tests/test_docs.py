@@ -1,0 +1,113 @@
+"""The docs artifact: Parquet and Arrow-stream round trips, foreign inputs, schema union."""
+
+import gzip
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from llmctl.artifacts.docs import DocsSink, ShardWriter, open_docs_inputs, resolve_docs_inputs
+from llmctl.docs_ops import CatConfig, run_cat
+from llmctl.errors import UsageError
+
+ROWS = [
+    {"id": "a", "text": "Grüße aus Köln — naïve café", "lang": "de", "score": 0.5},
+    {"id": "b", "text": "日本語のテキスト 🚀", "lang": None, "score": None},
+    {"id": "c", "text": "", "lang": "en", "score": 1.0},
+    {"id": "d", "text": None, "lang": "xx", "score": -2.0},
+]
+
+
+def table():
+    return pa.Table.from_pylist(ROWS)
+
+
+def test_parquet_round_trip_keeps_unicode_nulls_and_unknown_columns(tmp_path):
+    run_cat_input = tmp_path / "in.parquet"
+    pq.write_table(table(), run_cat_input)
+    run_cat([str(run_cat_input)], str(tmp_path / "out"), CatConfig())
+    got = pq.read_table(tmp_path / "out" / "part-00000.parquet")
+    assert got.to_pylist() == ROWS
+    meta = pq.ParquetFile(tmp_path / "out" / "part-00000.parquet").metadata
+    assert meta.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_stream_round_trip(tmp_path):
+    buf = io.BytesIO()
+    sink = DocsSink("-", table().schema, stdout=buf)
+    for b in table().to_batches(max_chunksize=3):
+        sink.write(b)
+    sink.close()
+    buf.seek(0)
+    docs = open_docs_inputs(["-"], stdin=buf)
+    got = pa.Table.from_batches(list(docs.batches), schema=docs.schema)
+    assert got.to_pylist() == ROWS
+
+
+def test_jsonl_gz_without_id_gets_stable_derived_ids(tmp_path):
+    p = tmp_path / "dump.jsonl.gz"
+    with gzip.open(p, "wt", encoding="utf-8") as f:
+        for i in range(3):
+            f.write(json.dumps({"text": f"doc {i} ✓", "url": f"http://x/{i}"}) + "\n")
+    first = pa.Table.from_batches(list(open_docs_inputs([str(p)]).batches))
+    again = pa.Table.from_batches(list(open_docs_inputs([str(p)]).batches))
+    assert first.column("id").to_pylist() == ["dump.jsonl.gz/0", "dump.jsonl.gz/1", "dump.jsonl.gz/2"]
+    assert first.equals(again)
+    assert first.schema.names[:2] == ["id", "text"]
+
+
+def test_directory_of_parquet_like_a_saved_hf_dataset(tmp_path):
+    d = tmp_path / "hf" / "data"
+    d.mkdir(parents=True)
+    for i in range(2):
+        pq.write_table(pa.table({"text": [f"t{i}a", f"t{i}b"], "label": [i, i]}), d / f"train-0000{i}-of-00002.parquet")
+    sources = resolve_docs_inputs([str(tmp_path / "hf")])
+    assert [s.label for s in sources] == ["data/train-00000-of-00002.parquet", "data/train-00001-of-00002.parquet"]
+    rows = pa.Table.from_batches(list(open_docs_inputs([str(tmp_path / "hf")]).batches)).to_pylist()
+    assert [r["text"] for r in rows] == ["t0a", "t0b", "t1a", "t1b"]
+    assert rows[3]["id"] == "data/train-00001-of-00002.parquet/1"
+
+
+def test_union_of_columns_fills_missing_with_nulls(tmp_path):
+    pq.write_table(pa.table({"id": ["1"], "text": ["x"], "a": [1]}), tmp_path / "one.parquet")
+    pq.write_table(pa.table({"id": ["2"], "text": ["y"], "b": ["z"]}), tmp_path / "two.parquet")
+    docs = open_docs_inputs([str(tmp_path / "one.parquet"), str(tmp_path / "two.parquet")])
+    rows = pa.Table.from_batches(list(docs.batches)).to_pylist()
+    assert rows == [{"id": "1", "text": "x", "a": 1, "b": None}, {"id": "2", "text": "y", "a": None, "b": "z"}]
+
+
+def test_input_without_text_column_is_a_usage_error(tmp_path):
+    pq.write_table(pa.table({"body": ["x"]}), tmp_path / "x.parquet")
+    with pytest.raises(UsageError, match="no 'text' column"):
+        list(open_docs_inputs([str(tmp_path / "x.parquet")]).batches)
+
+
+def test_garbage_parquet_is_a_usage_error(tmp_path):
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(UsageError, match="unreadable"):
+        open_docs_inputs([str(tmp_path / "bad.parquet")])
+
+
+def test_shard_writer_is_invisible_until_closed(tmp_path):
+    w = ShardWriter(tmp_path / "part-00000.parquet", table().schema)
+    w.write(table())
+    assert not (tmp_path / "part-00000.parquet").exists()
+    assert [p.name for p in tmp_path.iterdir()][0].startswith(".part-00000.parquet.tmp-")
+    w.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["part-00000.parquet"]
+
+
+def test_sink_rolls_parts_and_empty_output_is_still_an_artifact(tmp_path):
+    m = run_cat([_write(tmp_path)], str(tmp_path / "out"), CatConfig(rows_per_part=3))
+    assert [o["rows"] for o in m.outputs] == [3, 1]
+    empty = run_cat([_write(tmp_path)], str(tmp_path / "empty"), CatConfig(limit=0))
+    assert [o["rows"] for o in empty.outputs] == [0]
+    assert pq.read_table(tmp_path / "empty" / "part-00000.parquet").schema.names[:2] == ["id", "text"]
+
+
+def _write(tmp_path):
+    p = tmp_path / "in.parquet"
+    pq.write_table(table(), p)
+    return str(p)

@@ -1,0 +1,157 @@
+"""The executor and the sharded-stage driver: determinism, resume, error capture, killed workers."""
+
+import json
+import os
+import signal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from llmctl.artifacts.docs import ShardWriter, part_name
+from llmctl.artifacts.manifest import read_manifest
+from llmctl.errors import StageFailed, UsageError
+from llmctl.runtime.executor import Task, run_tasks
+from llmctl.runtime.progress import RecordingProgress
+from llmctl.runtime.split import auto_chunk, byte_ranges, select_shard
+from llmctl.runtime.stage import RunOptions, run_sharded
+
+SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string())])
+
+
+def tasks(n=6, rows=50):
+    return [Task(i, part_name(i, ""), {"start": i * rows, "rows": rows}, weight=rows) for i in range(n)]
+
+
+def toy_shard(task, out, report):
+    """Writes `rows` docs; behaviour switches come from the payload so they survive pickling."""
+    p = task.payload
+    if p.get("fail_at") == task.index:
+        raise ValueError("planted failure")
+    path = out / f"{task.name}.parquet"
+    with ShardWriter(path, SCHEMA) as w:
+        for k in range(p["start"], p["start"] + p["rows"], 10):
+            ids = [f"doc-{j}" for j in range(k, k + 10)]
+            w.write(pa.record_batch([ids, [f"text {j} ✓" for j in range(k, k + 10)]], schema=SCHEMA))
+            report(10)
+            kill = p.get("kill_file")
+            if kill and task.index == 3 and k == p["start"] + 20 and os.path.exists(kill):
+                os.unlink(kill)  # only the first run dies
+                os.kill(os.getpid(), signal.SIGKILL)
+    return {"outputs": [path.name], "counts": {"in": p["rows"], "out": p["rows"], "skipped": {"odd": 1}}}
+
+
+def with_payload(ts, **extra):
+    return [Task(t.index, t.name, {**t.payload, **extra}, t.weight) for t in ts]
+
+
+def read_all(out):
+    files = sorted(p for p in out.iterdir() if p.suffix == ".parquet")
+    return [f.name for f in files], [pq.read_table(f).to_pylist() for f in files], [f.read_bytes() for f in files]
+
+
+def run(out, ts, **kw):
+    opts = RunOptions(**kw)
+    return run_sharded(stage="toy", kind="docs", out=str(out), tasks=ts, fn=toy_shard, config={"x": 1}, inputs=[], opts=opts)
+
+
+def test_same_bytes_whatever_the_worker_count(tmp_path):
+    run(tmp_path / "w1", tasks(), workers=1)
+    run(tmp_path / "w2", tasks(), workers=2)
+    assert read_all(tmp_path / "w1") == read_all(tmp_path / "w2")
+    m = read_manifest(tmp_path / "w2")
+    assert m.counts == {"in": 300, "out": 300, "skipped": {"odd": 6}, "errors": 0, "shards": 6}
+    assert [o["file"] for o in m.outputs] == [f"part-0000{i}.parquet" for i in range(6)]
+    assert all(o["rows"] == 50 and len(o["sha256"]) == 64 for o in m.outputs)
+
+
+def test_progress_from_all_workers_is_summed(tmp_path):
+    prog = RecordingProgress()
+    run_sharded(stage="toy", kind="docs", out=str(tmp_path / "o"), tasks=tasks(), fn=toy_shard, config={}, inputs=[], opts=RunOptions(workers=2), progress=prog)
+    assert prog.total == 300 and prog.done == 300 and prog.finished
+
+
+def test_a_failing_shard_is_recorded_and_the_rest_go_on(tmp_path):
+    m = run(tmp_path / "o", with_payload(tasks(), fail_at=2), workers=2)
+    assert m.counts["errors"] == 1
+    assert m.errors[0]["shard"] == "part-00002" and "planted failure" in m.errors[0]["error"]
+    names, _, _ = read_all(tmp_path / "o")
+    assert "part-00002.parquet" not in names and len(names) == 5
+    # the failed shard is retried by a re-run; under --strict a failure is exit-1 material
+    with pytest.raises(StageFailed):
+        run(tmp_path / "o", with_payload(tasks(), fail_at=2), workers=2, strict=True)
+    m2 = run(tmp_path / "o", tasks(), workers=2)
+    assert m2.counts["errors"] == 0 and len(m2.outputs) == 6
+
+
+def test_killed_worker_leaves_no_visible_partial_shard_and_rerun_matches(tmp_path):
+    kill = tmp_path / "kill-once"
+    kill.write_text("1")
+    out = tmp_path / "o"
+    with pytest.raises(StageFailed, match="worker process died"):
+        run(out, with_payload(tasks(), kill_file=str(kill)), workers=2)
+    visible = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    assert "part-00003.parquet" not in visible
+    assert "manifest.json" not in visible
+    for name in visible:  # whatever is visible is complete and readable
+        assert pq.read_table(out / name).num_rows == 50
+    run(out, with_payload(tasks(), kill_file=str(kill)), workers=2)
+    run(tmp_path / "clean", tasks(), workers=1)
+    assert read_all(out) == read_all(tmp_path / "clean")
+    assert not [p for p in out.rglob(".*tmp-*")]
+
+
+def test_resume_skips_finished_shards(tmp_path):
+    run(tmp_path / "o", tasks(), workers=1)
+    before = (tmp_path / "o" / "part-00000.parquet").stat().st_mtime_ns
+    prog = RecordingProgress()
+    run_sharded(stage="toy", kind="docs", out=str(tmp_path / "o"), tasks=tasks(), fn=toy_shard, config={"x": 1}, inputs=[], opts=RunOptions(workers=1), progress=prog)
+    assert prog.total == 0
+    assert (tmp_path / "o" / "part-00000.parquet").stat().st_mtime_ns == before
+    # a different config never silently mixes into the same output
+    with pytest.raises(UsageError, match="different toy config"):
+        run_sharded(stage="toy", kind="docs", out=str(tmp_path / "o"), tasks=tasks(), fn=toy_shard, config={"x": 2}, inputs=[], opts=RunOptions())
+    run_sharded(stage="toy", kind="docs", out=str(tmp_path / "o"), tasks=tasks(), fn=toy_shard, config={"x": 2}, inputs=[], opts=RunOptions(overwrite=True))
+
+
+def test_outside_scheduler_shards_complete_the_artifact_together(tmp_path):
+    out = tmp_path / "o"
+    run(out, tasks(), shard_index=0, num_shards=2)
+    assert not (out / "manifest.json").exists()
+    assert sorted(p.name for p in out.glob("*.parquet")) == ["part-00000.parquet", "part-00002.parquet", "part-00004.parquet"]
+    run(out, tasks(), shard_index=1, num_shards=2)
+    assert read_manifest(out).counts["out"] == 300
+    run(tmp_path / "one", tasks(), workers=2)
+    assert read_all(out) == read_all(tmp_path / "one")
+
+
+def test_stream_output_is_in_task_order(tmp_path):
+    import io
+
+    buf = io.BytesIO()
+    run_sharded(stage="toy", kind="docs", out="-", tasks=tasks(), fn=toy_shard, config={}, inputs=[], opts=RunOptions(workers=2), stdout=buf)
+    buf.seek(0)
+    ids = pa.ipc.open_stream(buf).read_all().column("id").to_pylist()
+    assert ids == [f"doc-{j}" for j in range(300)]
+
+
+def test_run_tasks_returns_in_order_and_captures_errors():
+    def boom(task, report):
+        if task.index == 1:
+            raise RuntimeError("bad shard")
+        return {"i": task.index}
+
+    res = run_tasks(boom, [Task(i, str(i), None) for i in range(3)], workers=1)
+    assert [r.ok for r in res] == [True, False, True]
+    assert "RuntimeError: bad shard" in res[1].error
+
+
+def test_splitting_and_selection():
+    assert byte_ranges(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert byte_ranges(0, 4) == [(0, 0)]
+    assert auto_chunk(14_000_000) == 1 << 20  # a small crawl: 1 MiB ranges
+    assert auto_chunk(1 << 30) == 16 << 20  # one CC WARC: 64 ranges
+    assert auto_chunk(1 << 40) == 64 << 20
+    assert select_shard(list(range(7)), 1, 3) == [1, 4]
+    with pytest.raises(ValueError):
+        select_shard([1], 3, 3)
