@@ -71,17 +71,32 @@ def test_progress_from_all_workers_is_summed(tmp_path):
     assert prog.total == 300 and prog.done == 300 and prog.finished
 
 
-def test_a_failing_shard_is_recorded_and_the_rest_go_on(tmp_path):
-    m = run(tmp_path / "o", with_payload(tasks(), fail_at=2), workers=2)
-    assert m.counts["errors"] == 1
-    assert m.errors[0]["shard"] == "part-00002" and "planted failure" in m.errors[0]["error"]
+def test_a_failing_shard_is_recorded_the_rest_go_on_and_a_rerun_retries_it(tmp_path):
+    with pytest.raises(StageFailed, match="1 of 6 shard.*part-00002.*planted failure"):
+        run(tmp_path / "o", with_payload(tasks(), fail_at=2), workers=2)
     names, _, _ = read_all(tmp_path / "o")
     assert "part-00002.parquet" not in names and len(names) == 5
-    # the failed shard is retried by a re-run; under --strict a failure is exit-1 material
-    with pytest.raises(StageFailed):
-        run(tmp_path / "o", with_payload(tasks(), fail_at=2), workers=2, strict=True)
-    m2 = run(tmp_path / "o", tasks(), workers=2)
-    assert m2.counts["errors"] == 0 and len(m2.outputs) == 6
+    assert not (tmp_path / "o" / "manifest.json").exists()  # incomplete: nothing downstream takes it
+    prog = RecordingProgress()
+    m = run_sharded(stage="toy", kind="docs", out=str(tmp_path / "o"), tasks=tasks(), fn=toy_shard, config={"x": 1}, inputs=[], opts=RunOptions(workers=2), progress=prog)
+    assert prog.total == 50  # only the failed shard ran again
+    assert m.counts["errors"] == 0 and len(m.outputs) == 6
+    assert read_manifest(tmp_path / "o").counts["out"] == 300
+
+
+def test_strict_fails_on_damage_counted_inside_shards(tmp_path):
+    def damaged(task, out, report):
+        stats = toy_shard(task, out, report)
+        stats["counts"]["errors"] = 1
+        stats["errors"] = [{"file": "x.warc.gz", "offset": 123, "error": "damaged gzip member"}]
+        return stats
+
+    prog = RecordingProgress()
+    m = run_sharded(stage="toy", kind="docs", out=str(tmp_path / "a"), tasks=tasks(2), fn=damaged, config={}, inputs=[], opts=RunOptions(workers=1), progress=prog)
+    assert m.counts["errors"] == 2 and m.errors[0] == {"file": "x.warc.gz", "offset": 123, "error": "damaged gzip member"}
+    assert any("x.warc.gz at byte 123" in msg for msg in prog.messages)
+    with pytest.raises(StageFailed, match="--strict"):
+        run_sharded(stage="toy", kind="docs", out=str(tmp_path / "b"), tasks=tasks(2), fn=damaged, config={}, inputs=[], opts=RunOptions(workers=1, strict=True))
 
 
 def test_killed_worker_leaves_no_visible_partial_shard_and_rerun_matches(tmp_path):

@@ -202,6 +202,85 @@ def head(
 
 
 # ---------------------------------------------------------------------------------------------
+# stages
+
+# The run-control flags every sharded stage takes (DESIGN §3).
+Config = Annotated[Optional[str], typer.Option("--config", "-c", help="Stage config: a name under stages/<stage>/ or a .toml path. Flags override it.")]
+Workers = Annotated[Optional[int], typer.Option("--workers", "-w", min=1, help="Worker processes (default: all cores).")]
+ShardIndex = Annotated[int, typer.Option("--shard-index", min=0, help="Run only slice I of the work (Slurm arrays, indexed jobs).")]
+NumShards = Annotated[int, typer.Option("--num-shards", min=1, help="Number of slices the work is cut into.")]
+Strict = Annotated[bool, typer.Option("--strict", help="Fail (exit 1) on damaged input instead of skipping and counting it.")]
+
+
+def _run_options(workers, shard_index, num_shards, overwrite, strict):
+    from llmctl.runtime.stage import RunOptions
+
+    if shard_index >= num_shards:
+        raise UsageError(f"--shard-index {shard_index} must be below --num-shards {num_shards}")
+    return RunOptions(workers=workers, shard_index=shard_index, num_shards=num_shards, overwrite=overwrite, strict=strict)
+
+
+def _default_config(stage: str, given: str | None) -> str | None:
+    """An explicit --config, else the stage's shipped `default` config when it can be found."""
+    from llmctl.config import stages_dirs
+
+    if given:
+        return given
+    return "default" if any((d / stage / "default.toml").is_file() for d in stages_dirs()) else None
+
+
+@app.command("crawl-extract")
+def crawl_extract(
+    inputs: Annotated[list[str], typer.Argument(help="WARC/ARC files (.warc, .warc.gz), globs, directories, or @paths.txt (one path a line, like warc.paths).")],
+    output: Out = ...,
+    config: Config = None,
+    fast: Annotated[Optional[bool], typer.Option("--fast/--precise", help="trafilatura fast mode instead of the FineWeb settings (favour precision).")] = None,
+    languages: Annotated[Optional[str], typer.Option("--languages", "-l", help="Keep only these languages, comma-separated (e.g. en,de). Default: keep all, score only.")] = None,
+    lang_threshold: Annotated[Optional[float], typer.Option("--lang-threshold", help="Minimum lid.176 probability of the top language (FineWeb: 0.65).")] = None,
+    langid_model: Annotated[Optional[str], typer.Option("--langid-model", help="fastText language-ID model (lid.176.bin or .ftz).")] = None,
+    max_bytes: Annotated[Optional[int], typer.Option("--max-bytes", min=1, help="Skip HTTP payloads larger than this (too_large).")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds allowed per page; slower pages are skipped as timeout (0: no limit).")] = None,
+    blocklist: Annotated[Optional[list[str]], typer.Option("--blocklist", help="Domain blocklist file (one domain a line); repeatable; replaces the config's.")] = None,
+    banned_words: Annotated[Optional[list[str]], typer.Option("--banned-words", help="File of words banned in URLs; repeatable; replaces the config's.")] = None,
+    keep_rejected: Annotated[Optional[bool], typer.Option("--keep-rejected", help="Write documents rejected by language to OUT/rejected/ with a reason column.")] = None,
+    workers: Workers = None,
+    shard_index: ShardIndex = 0,
+    num_shards: NumShards = 1,
+    overwrite: Overwrite = False,
+    strict: Strict = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Turn Common Crawl WARC files into documents: select HTML 200 responses, filter URLs,
+    extract the main text with trafilatura, identify the language with fastText lid.176.
+
+    Every skipped record is counted by reason in the manifest and the summary."""
+    from llmctl.config import build_config
+    from llmctl.data.extract import STAGE, ExtractConfig, run_crawl_extract
+
+    quiet, as_json = _flags(quiet, json_)
+    cfg = build_config(
+        ExtractConfig,
+        STAGE,
+        _default_config(STAGE, config),
+        {
+            "fast": fast,
+            "languages": languages,
+            "lang_threshold": lang_threshold,
+            "langid_model": langid_model,
+            "max_bytes": max_bytes,
+            "timeout": timeout,
+            "blocklist_files": blocklist,
+            "banned_words_files": banned_words,
+            "keep_rejected": keep_rejected,
+        },
+    )
+    opts = _run_options(workers, shard_index, num_shards, overwrite, strict)
+    m = run_crawl_extract(inputs, output, cfg, opts, ConsoleProgress(quiet))
+    report(m, output, quiet, as_json)
+
+
+# ---------------------------------------------------------------------------------------------
 # entry point
 
 

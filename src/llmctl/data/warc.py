@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import zlib
 from collections.abc import Iterator
@@ -23,6 +24,10 @@ from dataclasses import dataclass
 
 from warcio.archiveiterator import ArchiveIterator
 from warcio.recordloader import ArchiveLoadFailed
+
+# warcio logs fixes it makes to odd headers (spaces in a target URI) with no handler configured,
+# which Python then prints to stderr; those fixes are harmless and not the user's business.
+logging.getLogger("warcio").addHandler(logging.NullHandler())
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 READ_BLOCK = 1 << 20
@@ -221,7 +226,7 @@ def _iter_plain(path: str, start: int, end: int | None) -> Iterator[WarcRecord |
             last = pos
             try:
                 while (rec := next(it, None)) is not None:
-                    last = it.get_record_offset()
+                    last = it.offset  # start of this record; get_record_offset() would consume it
                     if end is not None and last >= end:
                         return
                     yield WarcRecord(last, rec)

@@ -138,13 +138,14 @@ def run_sharded(
 
         progress.start(sum(t.weight for t in todo), description=stage)
         sink = _StreamOut(work, stdout, schema) if streaming else None
-        results = run_tasks(
-            _ShardJob(fn, work),
-            todo,
-            workers=opts.workers,
-            progress=progress,
-            on_result=sink.emit if sink else None,
-        )
+
+        def on_result(r: TaskResult) -> None:
+            for e in (r.stats or {}).get("errors", []):  # damage inside a shard, named for the user
+                progress.log(f"{stage}: skipped damage in {e.get('file', r.name)} at byte {e.get('offset', '?')}: {e.get('error')}")
+            if sink:
+                sink.emit(r)
+
+        results = run_tasks(_ShardJob(fn, work), todo, workers=opts.workers, progress=progress, on_result=on_result)
         progress.finish()
         if sink:
             sink.close()
@@ -152,11 +153,16 @@ def run_sharded(
         for r in failed:
             progress.log(f"{stage}: shard {r.name} failed: {r.error}")
         manifest = _manifest(stage, kind, work, tasks, results, config, inputs, time.perf_counter() - t0)
+        if failed:  # the artifact is incomplete: no manifest, so nothing downstream takes it for done
+            raise StageFailed(
+                f"{len(failed)} of {len(todo)} shard(s) failed, first {failed[0].name}: {failed[0].error}; "
+                "finished shards are kept, re-run to retry the rest"
+            )
         all_done = all((work / SHARDS_DIR / f"{t.name}.json").exists() for t in tasks)
-        if not streaming and (all_done or failed):
+        if not streaming and all_done:
             write_manifest(work, manifest)
-        if failed and opts.strict:
-            raise StageFailed(f"{len(failed)} shard(s) failed (--strict): {failed[0].name}: {failed[0].error}")
+        if opts.strict and manifest.counts.get("errors"):
+            raise StageFailed(f"{manifest.counts['errors']} damaged input record(s) skipped (--strict)")
         return manifest
     finally:
         if tmp is not None:

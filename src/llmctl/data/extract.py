@@ -1,0 +1,339 @@
+"""crawl-extract: Common Crawl WARC files -> the docs artifact.
+
+Per response record, cheapest test first (spec 001-data-eval §A1: the URL filter runs first, it
+needs only the address):
+
+    not_response -> url (blocklist / banned words) -> status (HTTP 200 only) -> truncated
+    -> too_large -> not_html -> decode -> extraction (timeout, empty) -> language ID
+
+Each skipped record is counted under its reason. Extraction is trafilatura's, by default with
+the FineWeb settings (favour precision, no comments, dedupe on; spec §A1, L1215); `fast` is
+trafilatura's fast mode. Language ID is fastText lid.176 with the keep rule of spec §A2.
+
+Work is split into byte ranges of the input files (runtime/split.py), so one 1 GB WARC keeps
+every core busy; the ranges depend only on the inputs, so the output is the same whatever
+`--workers`. trafilatura's dedup cache is made fresh for each range for the same reason.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import signal
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from html import unescape
+from pathlib import Path
+
+import pyarrow as pa
+
+from llmctl.artifacts.docs import STDIO, ShardWriter, part_name
+from llmctl.artifacts.manifest import Manifest, input_ref
+from llmctl.data import langid
+from llmctl.data.decode import UndecodableError, decode_html
+from llmctl.data.urlfilter import UrlFilter
+from llmctl.data.warc import WarcError, file_size, iter_records, sniff, splittable
+from llmctl.errors import UsageError
+from llmctl.runtime.executor import Task
+from llmctl.runtime.progress import Progress
+from llmctl.runtime.split import auto_chunk, byte_ranges
+from llmctl.runtime.stage import RunOptions, run_sharded
+
+STAGE = "crawl-extract"
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+SKIP_REASONS = ("not_response", "url", "status", "truncated", "too_large", "not_html", "decode", "timeout", "empty")
+
+SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("text", pa.string()),
+        ("url", pa.string()),
+        ("date", pa.string()),
+        ("title", pa.string()),
+        ("lang", pa.string()),
+        ("lang_score", pa.float32()),
+        ("warc_path", pa.string()),
+        ("warc_offset", pa.int64()),
+    ]
+)
+REJECTED_SCHEMA = SCHEMA.append(pa.field("reason", pa.string()))
+
+
+@dataclass
+class ExtractConfig:
+    fast: bool = False  # trafilatura fast mode (no fallback extractors)
+    favor_precision: bool = True  # FineWeb setting
+    include_comments: bool = False
+    deduplicate: bool = True
+    include_tables: bool = True
+    languages: list[str] = field(default_factory=list)  # empty: score only, keep all
+    lang_threshold: float = 0.65  # FineWeb / RefinedWeb (spec §A2)
+    langid_model: str | None = None
+    max_bytes: int = 10 << 20  # HTTP payloads larger than this are skipped as too_large
+    timeout: float = 5.0  # seconds per record; generous so only pathological pages hit it
+    blocklist_files: list[str] = field(default_factory=list)
+    banned_words_files: list[str] = field(default_factory=list)
+    keep_rejected: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs and tasks
+
+
+def expand_inputs(args: list[str]) -> list[str]:
+    """Paths, globs, directories (their *.warc[.gz] files) and @list files, in order."""
+    if not args:
+        raise UsageError("no input WARC files given")
+    out: list[str] = []
+    for a in args:
+        if a == STDIO:
+            raise UsageError("crawl-extract reads WARC files, not a stream: give paths")
+        if a.startswith("@"):
+            listing = Path(a[1:])
+            if not listing.is_file():
+                raise UsageError(f"path list not found: {listing}")
+            lines = [ln.strip() for ln in listing.read_text().splitlines()]
+            out += expand_inputs([ln for ln in lines if ln and not ln.startswith("#")])
+        elif "://" in a:
+            out.append(a)
+        elif glob.has_magic(a):
+            found = sorted(glob.glob(a))
+            if not found:
+                raise UsageError(f"no file matches {a!r}")
+            out += found
+        elif Path(a).is_dir():
+            found = sorted(str(p) for p in Path(a).iterdir() if p.name.endswith((".warc", ".warc.gz", ".arc", ".arc.gz")))
+            if not found:
+                raise UsageError(f"no .warc/.warc.gz files in {a}")
+            out += found
+        elif Path(a).is_file():
+            out.append(a)
+        else:
+            raise UsageError(f"input not found: {a}")
+    return out
+
+
+def plan_tasks(paths: list[str]) -> list[Task]:
+    """Byte-range tasks over all inputs; the range size depends only on the total input size."""
+    sizes = [file_size(p) for p in paths]
+    chunk = auto_chunk(sum(sizes))
+    tasks: list[Task] = []
+    for path, size in zip(paths, sizes):
+        ranges = byte_ranges(size, chunk) if splittable(sniff(path)) else [(0, size)]
+        for start, end in ranges:
+            i = len(tasks)
+            tasks.append(Task(i, part_name(i, ""), {"path": path, "start": start, "end": end}, weight=max(1, end - start)))
+    return tasks
+
+
+# ---------------------------------------------------------------------------------------------
+# One record
+
+
+class _Timeout(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float):
+    """Interrupt the block after `seconds` (SIGALRM; tasks run on a process's main thread)."""
+    if seconds <= 0:
+        yield
+        return
+
+    def fire(signum, frame):
+        raise _Timeout()
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.I | re.S)
+
+
+def page_title(html: str) -> str | None:
+    m = _TITLE.search(html, 0, 200_000)
+    if not m:
+        return None
+    title = " ".join(unescape(m.group(1)).split())
+    return title or None
+
+
+def is_html(content_type: str | None, identified: str | None, body_head: bytes) -> bool:
+    if content_type:
+        return content_type.split(";")[0].strip().lower() in HTML_TYPES
+    if identified:  # Common Crawl's own sniffing (WARC-Identified-Payload-Type)
+        return identified.split(";")[0].strip().lower() in HTML_TYPES
+    head = body_head[:1024].lstrip().lower()
+    return any(tag in head for tag in (b"<!doctype html", b"<html", b"<head", b"<body", b"<title"))
+
+
+class Extractor:
+    """Turns one WARC record into (row, None) or (None, skip_reason)."""
+
+    def __init__(self, cfg: ExtractConfig):
+        import trafilatura
+        from trafilatura.deduplication import LRU_SIZE, LRUCache
+
+        self.cfg = cfg
+        self.urls = UrlFilter.from_files(cfg.blocklist_files, cfg.banned_words_files)
+        self._extract = trafilatura.extract
+        # a fresh dedup cache per task keeps output independent of which worker ran what
+        self.dedup = LRUCache(maxsize=LRU_SIZE) if cfg.deduplicate else False
+
+    def record(self, rec, path: str, offset: int) -> tuple[dict | None, str | None]:
+        cfg = self.cfg
+        if rec.rec_type != "response":
+            return None, "not_response"
+        url = rec.rec_headers.get_header("WARC-Target-URI") or ""
+        if self.urls.blocked(url):
+            return None, "url"
+        http = rec.http_headers
+        if http is None or http.get_statuscode() != "200":
+            return None, "status"
+        if rec.rec_headers.get_header("WARC-Truncated"):
+            return None, "truncated"
+        if rec.length is not None and rec.length > cfg.max_bytes:
+            return None, "too_large"
+        content_type = http.get_header("Content-Type")
+        identified = rec.rec_headers.get_header("WARC-Identified-Payload-Type")
+        if content_type and not is_html(content_type, None, b""):
+            return None, "not_html"
+        try:
+            body = rec.content_stream().read(cfg.max_bytes + 1)
+        except Exception:  # warcio surfaces broken chunking / gzip as assorted exceptions
+            return None, "decode"
+        if len(body) > cfg.max_bytes:
+            return None, "too_large"
+        if not content_type and not is_html(None, identified, body):
+            return None, "not_html"
+        try:
+            html, _ = decode_html(body, content_type)
+        except UndecodableError:
+            return None, "decode"
+        try:
+            with time_limit(cfg.timeout):
+                text = self._extract(
+                    html,
+                    fast=cfg.fast,
+                    favor_precision=cfg.favor_precision,
+                    include_comments=cfg.include_comments,
+                    include_tables=cfg.include_tables,
+                    deduplicate=self.dedup,
+                )
+        except _Timeout:
+            return None, "timeout"
+        if not text or not text.strip():
+            return None, "empty"
+        row = {
+            "id": rec.rec_headers.get_header("WARC-Record-ID") or f"{Path(path).name}@{offset}",
+            "text": text,
+            "url": url,
+            "date": rec.rec_headers.get_header("WARC-Date"),
+            "title": page_title(html),
+            "warc_path": path,
+            "warc_offset": offset,
+        }
+        return row, None
+
+
+# ---------------------------------------------------------------------------------------------
+# One shard (a byte range of one file)
+
+
+def extract_shard(task: Task, out: Path, report, cfg: ExtractConfig) -> dict:
+    path, start, end = task.payload["path"], task.payload["start"], task.payload["end"]
+    ex = Extractor(cfg)
+    model = langid.load(langid.find_model(cfg.langid_model))
+    rows: list[dict] = []
+    skipped = {r: 0 for r in SKIP_REASONS}
+    errors: list[dict] = []
+    records = 0
+    reported = start
+    for item in iter_records(path, start, end):
+        if isinstance(item, WarcError):
+            errors.append({"file": path, "offset": item.offset, "error": item.message})
+            continue
+        records += 1
+        try:
+            row, reason = ex.record(item.record, path, item.offset)
+        except Exception as e:  # a record that breaks a library must not take the shard with it
+            errors.append({"file": path, "offset": item.offset, "error": f"{type(e).__name__}: {e}"})
+            row, reason = None, None
+        if reason:
+            skipped[reason] += 1
+        elif row:
+            rows.append(row)
+        if item.offset > reported:
+            report(min(item.offset, end) - reported)
+            reported = min(item.offset, end)
+    report(max(0, end - reported))
+
+    for row, (lang, score) in zip(rows, langid.predict(model, [r["text"] for r in rows])):
+        row["lang"], row["lang_score"] = lang, score
+    keep = set(cfg.languages)
+    kept = [r for r in rows if not keep or (r["lang"] in keep and r["lang_score"] >= cfg.lang_threshold)]
+    rejected = [dict(r, reason="lang") for r in rows if keep and not (r["lang"] in keep and r["lang_score"] >= cfg.lang_threshold)]
+
+    outputs = [f"{task.name}.parquet"]
+    with ShardWriter(out / outputs[0], SCHEMA) as w:
+        w.write(pa.Table.from_pylist(kept, schema=SCHEMA))
+    if cfg.keep_rejected:
+        outputs.append(f"rejected/{task.name}.parquet")
+        with ShardWriter(out / outputs[1], REJECTED_SCHEMA) as w:
+            w.write(pa.Table.from_pylist(rejected, schema=REJECTED_SCHEMA))
+    return {
+        "outputs": outputs,
+        "counts": {
+            "records": records,
+            "in": len(rows) + sum(skipped.values()) - skipped["not_response"],
+            "out": len(kept),
+            "skipped": skipped,
+            "rejected": {"lang": len(rejected)},
+            "errors": len(errors),
+        },
+        "errors": errors,
+    }
+
+
+@dataclass
+class _ShardFn:
+    """Picklable binding of the config to the task function."""
+
+    cfg: ExtractConfig
+
+    def __call__(self, task, out, report):
+        return extract_shard(task, out, report, self.cfg)
+
+
+def run_crawl_extract(inputs: list[str], out: str, cfg: ExtractConfig, opts: RunOptions | None = None, progress: Progress | None = None, stdout=None) -> Manifest:
+    opts = opts or RunOptions()
+    # absolute paths, so warc_path leads back to the record from wherever the docs are read
+    paths = [p if "://" in p else str(Path(p).resolve()) for p in expand_inputs(inputs)]
+    if cfg.lang_threshold < 0 or cfg.lang_threshold > 1:
+        raise UsageError("--lang-threshold must be between 0 and 1")
+    model_path = langid.find_model(cfg.langid_model)
+    langid.load(model_path)  # load before forking so workers share the pages, and fail early
+    UrlFilter.from_files(cfg.blocklist_files, cfg.banned_words_files)  # an unreadable list fails here, once
+    try:
+        tasks = plan_tasks(paths)
+    except OSError as e:
+        raise UsageError(f"cannot read input: {e}") from e
+    return run_sharded(
+        stage=STAGE,
+        kind="docs",
+        out=out,
+        tasks=tasks,
+        fn=_ShardFn(cfg),
+        config=asdict(cfg),
+        inputs=[input_ref(p) if "://" not in p else {"path": p, "kind": "url"} for p in paths],
+        opts=opts,
+        progress=progress,
+        stdout=stdout,
+        schema=SCHEMA,
+    )
