@@ -54,11 +54,18 @@ WARC  ?= $(CRAWL)
 OUT   ?= out/demo
 WARCS := $(sort $(wildcard $(WARC)))
 
+EXTRACT_CONFIG ?= default
+
 demo: setup
 	$(MAKE) --no-print-directory pipeline WARC='$(CRAWL)' OUT=out/demo
-	$(LLMCTL) inspect examples/crawl
+	$(LLMCTL) inspect out/demo/docs --samples 1
 
-pipeline: setup
+pipeline: setup $(OUT)/docs/manifest.json
+
+# crawl-extract: WARC -> docs. The summary table shows every skip reason.
+$(OUT)/docs/manifest.json: $(WARCS) $(wildcard stages/crawl-extract/$(EXTRACT_CONFIG).toml stages/crawl-extract/lists/*) | $(STAMP) $(LANGID)
+	@test -n "$(WARCS)" || { echo "no WARC files match WARC='$(WARC)'" >&2; exit 2; }
+	$(LLMCTL) crawl-extract $(WARCS) -o $(OUT)/docs --config $(EXTRACT_CONFIG) --overwrite
 
 # Regenerate the example crawl (committed; byte-identical on every run).
 crawl:
@@ -72,3 +79,7 @@ bench-setup: setup
 	test -x .venv-bench/bin/python || $(PYTHON) -m venv .venv-bench
 	.venv-bench/bin/python -m pip install -q $(TORCH_SPEC)
 	.venv-bench/bin/python -m pip install -q -e '.[bench]'
+	# datatrove insists on the fasttext-numpy2-wheel distribution, whose files would replace
+	# fasttext-numpy2's; install it without files winning, so both tools run the same fastText.
+	.venv-bench/bin/python -m pip install -q --no-deps fasttext-numpy2-wheel
+	.venv-bench/bin/python -m pip install -q --no-deps --force-reinstall fasttext-numpy2==0.10.4

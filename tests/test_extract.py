@@ -195,3 +195,16 @@ def test_time_limit_interrupts_a_slow_page():
             while True:
                 pass
     assert time.perf_counter() - t0 < 5
+
+
+def test_pages_a_regressions_found_by_the_benchmark(pages_a):
+    """Two pages labelled UTF-8 with a few stray legacy bytes (once mojibake), and a record whose
+    target URI is entity-escaped (warcio then skips its HTTP headers; once miscounted as status)."""
+    out, _ = pages_a
+    got = {r["url"]: r for r in rows(out)}
+    leber = next(r for u, r in got.items() if "rinderleber-geschnetzeltes" in u)
+    assert "So schön winterlich" in leber["text"] and "Ã" not in leber["text"]
+    vogel = next(r for u, r in got.items() if "wildvogelauffang" in u)
+    assert "Leben für die Vögel" in vogel["text"] and "Ă" not in vogel["text"]
+    horoskop = next(r for u, r in got.items() if "liebeshoroskop-januar-2023" in u)
+    assert horoskop["url"].startswith("https://www.gofeminin.de/horoskop/") and horoskop["lang"] == "de"

@@ -20,12 +20,14 @@ from __future__ import annotations
 import glob
 import re
 import signal
+import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from html import unescape
 from pathlib import Path
 
 import pyarrow as pa
+from warcio.statusandheaders import StatusAndHeadersParser, StatusAndHeadersParserException
 
 from llmctl.artifacts.docs import STDIO, ShardWriter, part_name
 from llmctl.artifacts.manifest import Manifest, input_ref
@@ -136,8 +138,9 @@ class _Timeout(Exception):
 
 @contextmanager
 def time_limit(seconds: float):
-    """Interrupt the block after `seconds` (SIGALRM; tasks run on a process's main thread)."""
-    if seconds <= 0:
+    """Interrupt the block after `seconds` (SIGALRM, so only on a process's main thread, which is
+    where executor tasks run; an embedding program calling from another thread gets no limit)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
         yield
         return
 
@@ -173,6 +176,18 @@ def is_html(content_type: str | None, identified: str | None, body_head: bytes) 
     return any(tag in head for tag in (b"<!doctype html", b"<html", b"<head", b"<body", b"<title"))
 
 
+def _late_http_headers(rec, url: str):
+    """warcio parses HTTP headers only when the target URI is http(s):; an escaped URI hides
+    them. Parse them here and attach them, so content_stream() still undoes chunking and gzip."""
+    if not url.startswith(("http://", "https://")):
+        return None
+    try:
+        rec.http_headers = StatusAndHeadersParser(["HTTP/1.0", "HTTP/1.1"], verify=False).parse(rec.raw_stream)
+    except (StatusAndHeadersParserException, EOFError, ValueError):
+        return None
+    return rec.http_headers
+
+
 class Extractor:
     """Turns one WARC record into (row, None) or (None, skip_reason)."""
 
@@ -191,9 +206,11 @@ class Extractor:
         if rec.rec_type != "response":
             return None, "not_response"
         url = rec.rec_headers.get_header("WARC-Target-URI") or ""
+        if "://" not in url and "&#" in url:  # some crawlers entity-escape the target URI
+            url = unescape(url)
         if self.urls.blocked(url):
             return None, "url"
-        http = rec.http_headers
+        http = rec.http_headers or _late_http_headers(rec, url)
         if http is None or http.get_statuscode() != "200":
             return None, "status"
         if rec.rec_headers.get_header("WARC-Truncated"):
@@ -301,6 +318,16 @@ def extract_shard(task: Task, out: Path, report, cfg: ExtractConfig) -> dict:
     }
 
 
+def warm_up() -> None:
+    """Import trafilatura and build its justext stop-word list once, before the workers fork,
+    instead of once in every worker (~0.25 s each, measured on pages-a.warc.gz)."""
+    import trafilatura.external
+
+    init = getattr(trafilatura.external, "jt_stoplist_init", None)  # internal; absent in some versions
+    if init is not None and getattr(trafilatura.external, "JT_STOPLIST", None) is None:
+        init()
+
+
 @dataclass
 class _ShardFn:
     """Picklable binding of the config to the task function."""
@@ -319,6 +346,7 @@ def run_crawl_extract(inputs: list[str], out: str, cfg: ExtractConfig, opts: Run
         raise UsageError("--lang-threshold must be between 0 and 1")
     model_path = langid.find_model(cfg.langid_model)
     langid.load(model_path)  # load before forking so workers share the pages, and fail early
+    warm_up()
     UrlFilter.from_files(cfg.blocklist_files, cfg.banned_words_files)  # an unreadable list fails here, once
     try:
         tasks = plan_tasks(paths)
