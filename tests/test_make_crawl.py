@@ -4,11 +4,13 @@ The crawl is the ground truth of the other stages' end-to-end tests, so these te
 what planted.json claims is really in the WARC files, and that the files regenerate exactly.
 """
 import gzip
+import hashlib
 import html
 import importlib.util
 import io
 import json
 import re
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -61,8 +63,14 @@ def test_regenerates_committed_files_byte_for_byte(gen, crawl):
     if not COMMITTED.is_dir():
         pytest.skip("examples/crawl is absent: run `python examples/make_crawl.py` to create it")
     out, _ = crawl
-    for name in (*gen.FILES, "planted.json"):
-        assert (out / name).read_bytes() == (COMMITTED / name).read_bytes(), f"{name} differs from examples/crawl/{name}"
+    same = [(out / f).read_bytes() == (COMMITTED / f).read_bytes() for f in gen.FILES]
+    if not all(same):
+        # The records are compressed with the system zlib; an other deflate implementation
+        # (zlib-ng, e.g.) writes other bytes for the same records. Tell that apart from a real change.
+        unzipped = [gzip.decompress((out / f).read_bytes()) == gzip.decompress((COMMITTED / f).read_bytes()) for f in gen.FILES]
+        assert all(unzipped), "the regenerated WARC records differ from examples/crawl: rerun examples/make_crawl.py and commit"
+        pytest.skip(f"records are identical, but zlib {zlib.ZLIB_RUNTIME_VERSION} compresses them to other bytes than the committed files")
+    assert (out / "planted.json").read_bytes() == (COMMITTED / "planted.json").read_bytes()
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(gen, crawl, tmp_path):
@@ -75,8 +83,6 @@ def test_same_seed_same_bytes_other_seed_other_bytes(gen, crawl, tmp_path):
 
 
 def test_planted_json_on_disk_matches_return_value_and_files(gen, crawl):
-    import hashlib
-
     out, planted = crawl
     assert json.loads((out / "planted.json").read_text(encoding="utf-8")) == planted
     for name, digest in planted["files"].items():
@@ -106,6 +112,9 @@ def test_warcio_reads_every_record_where_planted_says(crawl):
 
 def test_category_counts(crawl):
     _, planted = crawl
+    keys = {"file", "offset", "length", "warc_type", "record_id", "url", "http_status", "content_type", "category", "lang", "title",
+            "sentence", "body_text", "dup_of"}
+    assert all(set(e) == keys for e in planted["captures"]), "every record has the same keys"
     counts = Counter(e["category"] for e in planted["captures"])
     assert counts == planted["counts"]
     assert counts["article"] == 700 and counts["math"] == 150 and counts["exact_dup"] == 40 and counts["near_dup"] == 60
