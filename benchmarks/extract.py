@@ -180,7 +180,7 @@ def reference_texts(rows: list[dict], scope: str) -> list[str | None]:
     from trafilatura.deduplication import LRU_SIZE, LRUCache
 
     from llmctl.data.decode import decode_html
-    from llmctl.data.extract import plan_tasks
+    from llmctl.data.extract import http_headers, plan_tasks
     from llmctl.data.warc import WarcRecord, iter_records
 
     starts = {}  # warc_path -> start offsets of llmctl's byte ranges
@@ -197,7 +197,8 @@ def reference_texts(rows: list[dict], scope: str) -> list[str | None]:
         if (key := cache_scope(row)) != cache_key:
             cache, cache_key = LRUCache(maxsize=LRU_SIZE), key
         rec = next(r for r in iter_records(row["warc_path"], row["warc_offset"], row["warc_offset"] + 1) if isinstance(r, WarcRecord)).record
-        html, _ = decode_html(rec.content_stream().read(), rec.http_headers.get_header("Content-Type"))
+        headers = http_headers(rec, row["url"])  # as a user's reader must, for escaped target URIs
+        html, _ = decode_html(rec.content_stream().read(), headers.get_header("Content-Type"))
         texts.append(trafilatura.extract(html, **TRAFILATURA_OPTS, deduplicate=cache))
     return texts
 

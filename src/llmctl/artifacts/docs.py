@@ -14,7 +14,6 @@ from __future__ import annotations
 import glob
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -234,16 +233,6 @@ def _open_stdin_stream(stdin=None) -> pa.RecordBatchStreamReader:
         raise UsageError(f"stdin is not an Arrow IPC stream of docs ({str(e).splitlines()[0]})") from e
 
 
-def spool_stdin(tmpdir: str | os.PathLike, rows_per_part: int = 100_000, stdin=None) -> list[DocsSource]:
-    """Copy a stdin stream into Parquet parts so a multi-process stage can shard it."""
-    inp = open_docs_inputs([STDIO], stdin=stdin)
-    sink = DocsSink(Path(tmpdir), inp.schema, rows_per_part=rows_per_part)
-    for b in inp.batches:
-        sink.write(b)
-    sink.close()
-    return [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", o["file"]) for o in sink.outputs]
-
-
 # ---------------------------------------------------------------------------------------------
 # Writing
 
@@ -348,11 +337,3 @@ class DocsSink:
     def abort(self) -> None:
         if self._shard is not None:
             self._shard.abort()
-
-
-def count_rows(path: str | os.PathLike) -> int:
-    return pq.ParquetFile(path).metadata.num_rows
-
-
-def temp_dir(prefix: str = "llmctl-") -> tempfile.TemporaryDirectory:
-    return tempfile.TemporaryDirectory(prefix=prefix)

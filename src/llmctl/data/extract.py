@@ -176,10 +176,13 @@ def is_html(content_type: str | None, identified: str | None, body_head: bytes) 
     return any(tag in head for tag in (b"<!doctype html", b"<html", b"<head", b"<body", b"<title"))
 
 
-def _late_http_headers(rec, url: str):
-    """warcio parses HTTP headers only when the target URI is http(s):; an escaped URI hides
-    them. Parse them here and attach them, so content_stream() still undoes chunking and gzip."""
-    if not url.startswith(("http://", "https://")):
+def http_headers(rec, url: str):
+    """The record's HTTP headers. warcio parses them only when the target URI is http(s):, so an
+    entity-escaped URI hides them; parse them here and attach them to the record, so that
+    content_stream() still undoes chunking and gzip."""
+    if rec.http_headers is not None or not url.startswith(("http://", "https://")):
+        return rec.http_headers
+    if rec.rec_type != "response":
         return None
     try:
         rec.http_headers = StatusAndHeadersParser(["HTTP/1.0", "HTTP/1.1"], verify=False).parse(rec.raw_stream)
@@ -210,7 +213,7 @@ class Extractor:
             url = unescape(url)
         if self.urls.blocked(url):
             return None, "url"
-        http = rec.http_headers or _late_http_headers(rec, url)
+        http = http_headers(rec, url)
         if http is None or http.get_statuscode() != "200":
             return None, "status"
         if rec.rec_headers.get_header("WARC-Truncated"):
