@@ -11,7 +11,7 @@ import json
 import sys
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress as RichBar, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from llmctl.runtime.progress import Progress
@@ -31,7 +31,7 @@ class ConsoleProgress(Progress):
         self.bar = RichBar(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
-            MofNCompleteColumn() if unit != "bytes" else TextColumn("{task.percentage:>3.0f}%"),
+            DownloadColumn() if unit == "bytes" else MofNCompleteColumn(),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=err,

@@ -367,4 +367,5 @@ def run_crawl_extract(inputs: list[str], out: str, cfg: ExtractConfig, opts: Run
         progress=progress,
         stdout=stdout,
         schema=SCHEMA,
+        unit="bytes",  # task weights are byte ranges of the input
     )

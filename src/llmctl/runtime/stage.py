@@ -122,6 +122,7 @@ def run_sharded(
     progress: Progress | None = None,
     stdout=None,
     schema=None,
+    unit: str = "",
 ) -> Manifest:
     """Run a sharded stage into `out` (a directory, or `-` for an Arrow stream on stdout)."""
     progress = progress or Progress()
@@ -136,7 +137,7 @@ def run_sharded(
         done = {t.name for t in mine if (work / SHARDS_DIR / f"{t.name}.json").exists()}
         todo = [t for t in mine if t.name not in done]
 
-        progress.start(sum(t.weight for t in todo), description=stage)
+        progress.start(sum(t.weight for t in todo), unit=unit, description=stage)
         sink = _StreamOut(work, stdout, schema) if streaming else None
 
         def on_result(r: TaskResult) -> None:
