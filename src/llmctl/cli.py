@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperGroup
 from rich.tree import Tree
 
 from llmctl import __version__
@@ -67,8 +68,9 @@ def _flags(quiet: bool, json_: bool) -> tuple[bool, bool]:
     return G.quiet or quiet, G.json or json_
 
 
-def report(manifest, out: str, quiet: bool, as_json: bool) -> None:
-    """The end-of-command summary: a table for people (stderr) or JSON for programs."""
+def report(manifest, out: str, quiet: bool, as_json: bool, hide: tuple[str, ...] = (), rate_key: str = "out") -> None:
+    """The end-of-command summary: a table for people (stderr) or JSON for programs.
+    `hide` drops count keys another table shows (the filter's funnel)."""
     summary = {
         "stage": manifest.stage,
         "output": out,
@@ -82,9 +84,9 @@ def report(manifest, out: str, quiet: bool, as_json: bool) -> None:
         return
     if quiet:
         return
-    rows = flatten(manifest.counts)
-    if manifest.wall_seconds and manifest.counts.get("out"):
-        rows.append(("docs/s", f"{manifest.counts['out'] / manifest.wall_seconds:,.1f}"))
+    rows = flatten({k: v for k, v in manifest.counts.items() if k not in hide})
+    if manifest.wall_seconds and manifest.counts.get(rate_key):
+        rows.append(("docs/s", f"{manifest.counts[rate_key] / manifest.wall_seconds:,.1f}"))
     rows.append(("wall seconds", manifest.wall_seconds))
     rows.append(("output", out if out != "-" else "stdout (Arrow stream)"))
     err.print(table(f"llmctl {manifest.stage}", rows))
@@ -220,13 +222,17 @@ def _run_options(workers, shard_index, num_shards, overwrite, strict):
     return RunOptions(workers=workers, shard_index=shard_index, num_shards=num_shards, overwrite=overwrite, strict=strict)
 
 
-def _default_config(stage: str, given: str | None) -> str | None:
-    """An explicit --config, else the stage's shipped `default` config when it can be found."""
+def _named_exists(stage: str, name: str) -> bool:
     from llmctl.config import stages_dirs
 
+    return any((d / stage / f"{name}.toml").is_file() for d in stages_dirs())
+
+
+def _default_config(stage: str, given: str | None) -> str | None:
+    """An explicit --config, else the stage's shipped `default` config when it can be found."""
     if given:
         return given
-    return "default" if any((d / stage / "default.toml").is_file() for d in stages_dirs()) else None
+    return "default" if _named_exists(stage, "default") else None
 
 
 @app.command("crawl-extract")
@@ -278,6 +284,112 @@ def crawl_extract(
     opts = _run_options(workers, shard_index, num_shards, overwrite, strict)
     m = run_crawl_extract(inputs, output, cfg, opts, ConsoleProgress(quiet))
     report(m, output, quiet, as_json)
+
+
+# ---------------------------------------------------------------------------------------------
+# filter: a group whose default command is the filter itself (`llmctl filter DOCS -o OUT`),
+# beside `llmctl filter train-classifier` and `llmctl filter stats`.
+
+
+class _DefaultCommandGroup(TyperGroup):
+    """Runs the `run` subcommand when the first argument names no subcommand."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+filter_app = typer.Typer(
+    cls=_DefaultCommandGroup,
+    help="Keep the documents a pretraining corpus wants: an ordered chain of rule and classifier "
+    "steps (default: the FineWeb chain), with a funnel of what each step removed.\n\n"
+    "`llmctl filter DOCS -o OUT` runs it; see also `train-classifier` and `stats`.",
+    no_args_is_help=True,
+)
+app.add_typer(filter_app, name="filter")
+
+
+def report_funnel(m, quiet: bool) -> None:
+    from llmctl.data.filter import funnel_rows
+
+    if quiet:
+        return
+    c = m.counts
+    rows = [("input", f"{c.get('in', 0):,}", "", f"{c.get('chars_in', 0):,}", "")]
+    for r in funnel_rows(m):
+        rows.append((r["step"], f"-{r['docs_removed']:,}", f"{r['docs_removed_pct']:.1f}%", f"-{r['chars_removed']:,}", f"{r['chars_removed_pct']:.1f}%"))
+    rows.append(("kept", f"{c.get('kept', 0):,}", f"{100 * c.get('kept', 0) / max(1, c.get('in', 0)):.1f}%", f"{c.get('chars_kept', 0):,}", f"{100 * c.get('chars_kept', 0) / max(1, c.get('chars_in', 0)):.1f}%"))
+    err.print(table("funnel (share of the input)", rows, headers=("step", "docs", "% docs", "chars", "% chars")))
+
+
+@filter_app.command("run")
+def filter_run(
+    inputs: Annotated[list[str], typer.Argument(help="Docs inputs: artifacts, Parquet/JSONL files or dirs, globs, or '-'.")],
+    output: Out = ...,
+    config: Config = None,
+    annotate_only: Annotated[Optional[bool], typer.Option("--annotate-only", help="Drop nothing: write every step's statistics as stats.* columns and the would-be reason.")] = None,
+    keep_rejected: Annotated[Optional[bool], typer.Option("--keep-rejected", help="Write dropped documents to OUT/rejected/ with a reason column.")] = None,
+    workers: Workers = None,
+    shard_index: ShardIndex = 0,
+    num_shards: NumShards = 1,
+    overwrite: Overwrite = False,
+    strict: Strict = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Filter docs through the configured chain (stages/filter/fineweb.toml by default)."""
+    from llmctl.config import build_config
+    from llmctl.data.filter import STAGE, FilterConfig, run_filter
+
+    quiet, as_json = _flags(quiet, json_)
+    named = config or ("fineweb" if _named_exists(STAGE, "fineweb") else None)  # else the built-in FineWeb chain
+    cfg = build_config(FilterConfig, STAGE, named, {"annotate_only": annotate_only, "keep_rejected": keep_rejected})
+    m = run_filter(inputs, output, cfg, _run_options(workers, shard_index, num_shards, overwrite, strict), ConsoleProgress(quiet))
+    report(m, output, quiet, as_json, hide=("funnel", "chars_in", "chars_kept"), rate_key="in")
+    if not as_json:
+        report_funnel(m, quiet)
+
+
+@filter_app.command("train-classifier")
+def filter_train_classifier(
+    positive: Annotated[list[str], typer.Option("--positive", help="High-quality reference docs (repeatable).")],
+    negative: Annotated[list[str], typer.Option("--negative", help="Random crawl docs (repeatable).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Output directory: model.bin + manifest.json.")],
+    holdout: Annotated[float, typer.Option(help="Share of each class held out to measure precision/recall.")] = 0.1,
+    seed: Annotated[int, typer.Option(help="Seed of the held-out split and of fastText.")] = 0,
+    max_docs: Annotated[Optional[int], typer.Option(help="At most this many docs per class.")] = None,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Train a fastText quality classifier the DCLM way (positives: a reference set; negatives:
+    random crawl) and report held-out precision and recall."""
+    from llmctl.data.filters.classifier import TrainClassifierConfig, train_classifier
+
+    quiet, as_json = _flags(quiet, json_)
+    cfg = TrainClassifierConfig(holdout=holdout, seed=seed, max_docs=max_docs, overwrite=overwrite)
+    m = train_classifier(positive, negative, output, cfg, ConsoleProgress(quiet))
+    report(m, output, quiet, as_json)
+
+
+@filter_app.command("stats")
+def filter_stats(
+    inputs: Annotated[list[str], typer.Argument(help="An artifact written by `llmctl filter --annotate-only`.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Directory for the PNG histograms and summary.json.")],
+    bins: Annotated[int, typer.Option(min=2, help="Histogram bins.")] = 50,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Histograms of every stats.* column, kept vs rejected, to choose thresholds."""
+    from llmctl.data.filter_stats import write_histograms
+
+    quiet, as_json = _flags(quiet, json_)
+    paths = write_histograms(inputs, output, bins=bins)
+    if as_json:
+        print_json({"output": output, "files": [str(p) for p in paths]})
+    elif not quiet:
+        err.print(f"wrote {len(paths)} histograms to {output}/")
 
 
 # ---------------------------------------------------------------------------------------------

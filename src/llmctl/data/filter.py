@@ -1,0 +1,298 @@
+"""filter: run an ordered chain of steps over docs; keep what a pretraining corpus wants.
+
+A config is an ordered list of steps (`[[steps]]` tables; data/filters/ has them). A document
+goes through the steps in order; the first step whose check fails drops it, and its `reason`
+names the step and the statistic (`gopher_quality.stop_words`). Steps that rewrite text (C4's
+line cleaning, PII masking) do so for the steps after them.
+
+`annotate_only` drops nothing: every step's statistics become `stats.<step>.<statistic>`
+columns and `reason` says what the filter would have done, for choosing thresholds
+(`llmctl filter stats` plots them).
+
+The funnel — documents and characters removed by each step, with the share of the original —
+goes into the manifest and the end-of-run table (spec 001-data-eval §A3: "report tokens
+removed next to every score"). Work is one task per input Parquet/JSONL file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmctl.artifacts.docs import STDIO, DocsSink, DocsSource, ShardWriter, open_docs_inputs, part_name, read_source, resolve_docs_inputs, source_schema
+from llmctl.artifacts.manifest import Manifest, input_ref
+from llmctl.data.filters import STEPS, Doc, Step, all_stats, build_step, first_failure
+from llmctl.errors import UsageError
+from llmctl.runtime.executor import Task
+from llmctl.runtime.progress import Progress
+from llmctl.runtime.stage import RunOptions, run_sharded
+
+STAGE = "filter"
+
+
+def fineweb_steps() -> list[dict]:
+    """The FineWeb chain (spec §A2-A3): language -> Gopher repetition -> Gopher quality ->
+    C4 without its terminal-punctuation line rule -> FineWeb's rules."""
+    return [
+        {"name": "language", "languages": ["en"], "threshold": 0.65},
+        {"name": "gopher_repetition"},
+        {"name": "gopher_quality"},
+        {"name": "c4", "filter_no_terminal_punct": False},
+        {"name": "fineweb"},
+    ]
+
+
+@dataclass
+class FilterConfig:
+    steps: list[dict] = field(default_factory=fineweb_steps)
+    annotate_only: bool = False
+    keep_rejected: bool = False
+
+
+def step_labels(steps: list[dict]) -> list[str]:
+    """Names that tell steps apart in reasons and the funnel (a second `c4` becomes `c4_2`)."""
+    seen: dict[str, int] = {}
+    labels = []
+    for s in steps:
+        name = s.get("name", "?")
+        seen[name] = seen.get(name, 0) + 1
+        labels.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return labels
+
+
+def build_steps(cfg: FilterConfig) -> list[Step]:
+    if not cfg.steps:
+        raise UsageError("the filter config has no steps")
+    for s in cfg.steps:
+        if not isinstance(s, dict):
+            raise UsageError(f"each filter step must be a table with a name, got {s!r}")
+    return [build_step(s) for s in cfg.steps]
+
+
+# ---------------------------------------------------------------------------------------------
+# One document through the chain
+
+
+@dataclass
+class Outcome:
+    reason: str | None  # "<step>.<statistic>" of the first failure, None when kept
+    step_index: int | None  # which step dropped it
+    text: str  # the text after the rewriting steps it went through
+    stats: dict[str, float]  # annotate mode only
+    rewritten: list[int]  # characters removed by each step's rewrite
+
+
+def run_chain(steps: list[Step], labels: list[str], row: dict, annotate: bool) -> Outcome:
+    doc = Doc(row.get("text") or "", row)
+    stats: dict[str, float] = {}
+    rewritten = [0] * len(steps)
+    reason, where = None, None
+    for i, (step, label) in enumerate(zip(steps, labels)):
+        if annotate:
+            values, failed = all_stats(step, doc)
+            stats.update({f"stats.{label}.{k}": v for k, v in values.items()})
+        else:
+            failed = first_failure(step, doc)
+        if failed and reason is None:
+            reason, where = f"{label}.{failed}", i
+            if not annotate:
+                break
+        before = len(doc.text)
+        step.transform(doc)
+        rewritten[i] = before - len(doc.text)
+    return Outcome(reason, where, doc.text, stats, rewritten)
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema
+
+
+def extra_columns(steps: list[Step]) -> dict[str, pa.DataType]:
+    cols: dict[str, pa.DataType] = {}
+    for s in steps:
+        cols.update(getattr(s, "output_columns", {}))
+    return cols
+
+
+def stats_columns(steps: list[Step], labels: list[str]) -> list[str]:
+    """The stats.* column names, found by draining every step's checks on an empty document
+    (every check yields on every document in annotate mode, so the set is fixed)."""
+    names: list[str] = []
+    probe_row = {"id": "", "text": "", "url": "", "lang": "", "lang_score": 0.0}
+    for step, label in zip(steps, labels):
+        values, _ = all_stats(step, Doc("", dict(probe_row)))
+        names += [f"stats.{label}.{k}" for k in values if f"stats.{label}.{k}" not in names]
+    return names
+
+
+def output_schema(input_schema: pa.Schema, steps, labels, annotate: bool) -> pa.Schema:
+    schema = input_schema
+    for name, typ in extra_columns(steps).items():
+        if name not in schema.names:
+            schema = schema.append(pa.field(name, typ))
+    if annotate:
+        for name in stats_columns(steps, labels):
+            schema = schema.append(pa.field(name, pa.float64()))
+        schema = schema.append(pa.field("reason", pa.string()))
+    return schema
+
+
+# ---------------------------------------------------------------------------------------------
+# One shard (one input file)
+
+
+@dataclass
+class _ShardFn:
+    cfg: FilterConfig
+    steps: list[Step]
+
+    def __call__(self, task: Task, out: Path, report) -> dict:
+        return filter_shard(task, out, report, self.cfg, self.steps)
+
+
+def filter_shard(task: Task, out: Path, report, cfg: FilterConfig, steps: list[Step]) -> dict:
+    source = DocsSource(**task.payload)
+    labels = step_labels(cfg.steps)
+    in_schema = source_schema(source)
+    schema = output_schema(in_schema, steps, labels, cfg.annotate_only)
+    rej_schema = schema.append(pa.field("reason", pa.string())) if "reason" not in schema.names else schema
+    funnel = {label: {"docs_removed": 0, "chars_removed": 0, "chars_rewritten": 0} for label in labels}
+    rejected_by: dict[str, int] = {}
+    n_in = n_out = n_kept = chars_in = chars_kept = 0
+    outputs = [f"{task.name}.parquet"]
+    kept_writer = ShardWriter(out / outputs[0], schema)
+    rej_writer = None
+    if cfg.keep_rejected and not cfg.annotate_only:
+        outputs.append(f"rejected/{task.name}.parquet")
+        rej_writer = ShardWriter(out / outputs[1], rej_schema)
+    try:
+        for batch in read_source(source):
+            kept_rows, rej_rows = [], []
+            for row in batch.to_pylist():
+                original = row.get("text") or ""
+                o = run_chain(steps, labels, row, cfg.annotate_only)
+                n_in += 1
+                chars_in += len(original)
+                # the funnel is the same in both modes; annotate-only just writes every row
+                for label, removed in zip(labels, o.rewritten):
+                    funnel[label]["chars_rewritten"] += removed
+                if o.reason is None:
+                    n_kept += 1
+                    chars_kept += len(o.text)
+                else:
+                    label = labels[o.step_index]
+                    funnel[label]["docs_removed"] += 1
+                    funnel[label]["chars_removed"] += len(o.text)
+                    rejected_by[o.reason] = rejected_by.get(o.reason, 0) + 1
+                if cfg.annotate_only:
+                    row.update(o.stats)
+                    row["reason"] = o.reason
+                    kept_rows.append(row)
+                elif o.reason is None:
+                    row["text"] = o.text
+                    kept_rows.append(row)
+                elif rej_writer is not None:
+                    row["reason"] = o.reason
+                    rej_rows.append(row)
+            n_out += len(kept_rows)
+            kept_writer.write(pa.Table.from_pylist(kept_rows, schema=schema))
+            if rej_writer is not None:
+                rej_writer.write(pa.Table.from_pylist(rej_rows, schema=rej_schema))
+            report(batch.num_rows)
+        kept_writer.close()
+        if rej_writer is not None:
+            rej_writer.close()
+    except BaseException:
+        kept_writer.abort()
+        if rej_writer is not None:
+            rej_writer.abort()
+        raise
+    return {
+        "outputs": outputs,
+        "counts": {
+            "in": n_in,
+            "out": n_out,  # rows written: the kept ones, or all of them with annotate_only
+            "kept": n_kept,
+            "chars_in": chars_in,
+            "chars_kept": chars_kept,
+            "rejected": rejected_by,
+            "funnel": funnel,
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+
+
+def _spool_stdin(tmpdir: str) -> list[DocsSource]:
+    """A stream on stdin becomes Parquet parts, so the work can be sharded like files."""
+    inp = open_docs_inputs([STDIO])
+    sink = DocsSink(Path(tmpdir), inp.schema, rows_per_part=100_000)
+    for b in inp.batches:
+        sink.write(b)
+    sink.close()
+    return [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
+
+
+def _rows(source: DocsSource) -> int:
+    if source.fmt == "parquet":
+        return pq.ParquetFile(source.path).metadata.num_rows
+    return sum(b.num_rows for b in read_source(source))
+
+
+def run_filter(inputs: list[str], out: str, cfg: FilterConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
+    opts = opts or RunOptions()
+    steps = build_steps(cfg)
+    with tempfile.TemporaryDirectory(prefix="llmctl-filter-in-") as spool:
+        sources = _spool_stdin(spool) if inputs == [STDIO] else resolve_docs_inputs(inputs)
+        for step in steps:
+            if step.needs_prepare:  # corpus-wide figures (a top-fraction threshold) before any shard
+                step.prepare(r["text"] or "" for s in sources for b in read_source(s) for r in b.select(["text"]).to_pylist())
+        tasks = [Task(i, part_name(i, ""), asdict(s), weight=_rows(s)) for i, s in enumerate(sources)]
+        config = asdict(cfg)
+        config["step_labels"] = step_labels(cfg.steps)
+        return run_sharded(
+            stage=STAGE,
+            kind="docs",
+            out=out,
+            tasks=tasks,
+            fn=_ShardFn(cfg, steps),
+            config=config,
+            inputs=[input_ref(p) for p in inputs],
+            opts=opts,
+            progress=progress,
+            unit="docs",
+        )
+
+
+def funnel_rows(manifest: Manifest) -> list[dict]:
+    """The funnel in step order: what each step removed, as counts and shares of the input."""
+    c = manifest.counts
+    docs_in, chars_in = c.get("in", 0), c.get("chars_in", 0)
+    rows, docs_left, chars_left = [], docs_in, chars_in
+    for label in manifest.config.get("step_labels", []):
+        f = c.get("funnel", {}).get(label, {})
+        removed = f.get("docs_removed", 0)
+        chars = f.get("chars_removed", 0) + f.get("chars_rewritten", 0)
+        docs_left -= removed
+        chars_left -= chars
+        rows.append(
+            {
+                "step": label,
+                "docs_removed": removed,
+                "docs_removed_pct": 100 * removed / docs_in if docs_in else 0.0,
+                "chars_removed": chars,
+                "chars_removed_pct": 100 * chars / chars_in if chars_in else 0.0,
+                "docs_left": docs_left,
+                "chars_left": chars_left,
+            }
+        )
+    return rows
+
+
+__all__ = ["FilterConfig", "run_filter", "funnel_rows", "fineweb_steps", "STEPS"]
