@@ -55,17 +55,22 @@ OUT   ?= out/demo
 WARCS := $(sort $(wildcard $(WARC)))
 
 EXTRACT_CONFIG ?= default
+FILTER_CONFIG  ?= fineweb
 
 demo: setup
 	$(MAKE) --no-print-directory pipeline WARC='$(CRAWL)' OUT=out/demo
-	$(LLMCTL) inspect out/demo/docs --samples 1
+	$(LLMCTL) inspect out/demo/filtered --samples 1
 
-pipeline: setup $(OUT)/docs/manifest.json
+pipeline: setup $(OUT)/filtered/manifest.json
 
 # crawl-extract: WARC -> docs. The summary table shows every skip reason.
 $(OUT)/docs/manifest.json: $(WARCS) $(wildcard stages/crawl-extract/$(EXTRACT_CONFIG).toml stages/crawl-extract/lists/*) | $(STAMP) $(LANGID)
 	@test -n "$(WARCS)" || { echo "no WARC files match WARC='$(WARC)'" >&2; exit 2; }
 	$(LLMCTL) crawl-extract $(WARCS) -o $(OUT)/docs --config $(EXTRACT_CONFIG) --overwrite
+
+# filter: the FineWeb chain; the end-of-run table is the funnel (what each step removed).
+$(OUT)/filtered/manifest.json: $(OUT)/docs/manifest.json stages/filter/$(FILTER_CONFIG).toml
+	$(LLMCTL) filter $(OUT)/docs -o $(OUT)/filtered --config $(FILTER_CONFIG) --keep-rejected --overwrite
 
 # Regenerate the example crawl (committed; byte-identical on every run).
 crawl:
