@@ -393,6 +393,58 @@ def filter_stats(
 
 
 # ---------------------------------------------------------------------------------------------
+# dedup
+
+
+@app.command()
+def dedup(
+    inputs: Annotated[list[str], typer.Argument(help="Docs inputs: artifacts, Parquet/JSONL files or dirs, globs, or '-'.")],
+    output: Out = ...,
+    config: Config = None,
+    url: Annotated[Optional[bool], typer.Option("--url", help="Exact URL dedup after normalization (host case, port, fragment, tracking parameters).")] = None,
+    exact: Annotated[Optional[bool], typer.Option("--exact", help="Exact dedup on a hash of the normalized text.")] = None,
+    lines: Annotated[Optional[bool], typer.Option("--lines", help="Drop lines seen more than --max-line-count times across the corpus (Llama 3).")] = None,
+    minhash: Annotated[Optional[bool], typer.Option("--minhash", help="MinHash LSH near-duplicate dedup on word n-grams.")] = None,
+    ngram: Annotated[Optional[int], typer.Option("--ngram", min=1, help="Words per shingle (default 5).")] = None,
+    bands: Annotated[Optional[int], typer.Option("--bands", min=1, help="LSH bands (default 14; FineWeb 14 x 8).")] = None,
+    rows: Annotated[Optional[int], typer.Option("--rows", min=1, help="Rows per band (default 8).")] = None,
+    max_line_count: Annotated[Optional[int], typer.Option("--max-line-count", min=1, help="With --lines: keep a line seen at most this many times (default 6).")] = None,
+    keep: Annotated[Optional[str], typer.Option("--keep", help="Survivor of a cluster: first | earliest (by date) | max:COLUMN (e.g. max:quality_score).")] = None,
+    partitions: Annotated[Optional[int], typer.Option("--partitions", min=1, help="Split each key family into this many hash partitions (less memory per task).")] = None,
+    keep_rejected: Annotated[Optional[bool], typer.Option("--keep-rejected", help="Write removed rows to OUT/rejected/ with reason and dup_of (the survivor's id).")] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Write the S-curve and cluster-size PNGs into this directory.")] = None,
+    workers: Workers = None,
+    overwrite: Overwrite = False,
+    strict: Strict = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Remove duplicates: URL, exact text, frequent lines, MinHash near-duplicates; kept rows get
+    dup_cluster_id and dup_cluster_size."""
+    from llmctl.config import build_config
+    from llmctl.data.dedup.stage import STAGE, DedupConfig, run_dedup
+
+    quiet, as_json = _flags(quiet, json_)
+    cfg = build_config(
+        DedupConfig,
+        STAGE,
+        config,
+        {"url": url, "exact": exact, "lines": lines, "minhash": minhash, "ngram": ngram, "bands": bands, "rows": rows, "max_line_count": max_line_count, "keep": keep, "partitions": partitions, "keep_rejected": keep_rejected},
+    )
+    m = run_dedup(inputs, output, cfg, _run_options(workers, 0, 1, overwrite, strict), ConsoleProgress(quiet))
+    report(m, output, quiet, as_json, hide=("s_curve", "clusters"), rate_key="in")
+    if plot:
+        from llmctl.data.dedup.plots import write_plots
+
+        write_plots(m.counts, cfg.bands, cfg.rows, plot)
+    if not as_json and not quiet and "s_curve" in m.counts:
+        sc = m.counts["s_curve"]
+        err.print(table(f"MinHash S-curve ({sc['bands']} bands x {sc['rows']} rows, threshold ~{sc['threshold']})", [(f"J = {j}", f"{p:.4f}") for j, p in sc["p_flag"].items()], headers=("similarity", "P(flagged)")))
+    if not as_json and not quiet and m.counts.get("clusters"):
+        err.print(table("clusters by size", list(m.counts["clusters"].items()), headers=("size", "clusters")))
+
+
+# ---------------------------------------------------------------------------------------------
 # entry point
 
 

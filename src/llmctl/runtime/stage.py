@@ -79,7 +79,7 @@ def config_digest(stage: str, config: dict) -> str:
     return hashlib.sha256(json.dumps([stage, config], sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _prepare_out(out: Path, stage: str, digest: str, overwrite: bool) -> None:
+def prepare_out(out: Path, stage: str, digest: str, overwrite: bool) -> None:
     run_file = out / SHARDS_DIR / RUN_FILE
     if out.exists() and overwrite:
         shutil.rmtree(out)
@@ -132,7 +132,7 @@ def run_sharded(
     tmp = tempfile.TemporaryDirectory(prefix=f"llmctl-{stage}-") if streaming else None
     work = Path(tmp.name) if streaming else Path(out)
     try:
-        _prepare_out(work, stage, digest, opts.overwrite and not streaming)
+        prepare_out(work, stage, digest, opts.overwrite and not streaming)
         mine = select_shard(tasks, opts.shard_index, opts.num_shards) if not streaming else tasks
         done = {t.name for t in mine if (work / SHARDS_DIR / f"{t.name}.json").exists()}
         todo = [t for t in mine if t.name not in done]

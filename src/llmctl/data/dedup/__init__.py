@@ -1,0 +1,1 @@
+"""Deduplication: URL, exact-text, line-frequency and MinHash near-duplicate removal."""

@@ -1,0 +1,430 @@
+"""dedup: URL, exact, line and MinHash deduplication in phases that scale past memory.
+
+Spec 001-data-eval §A5 gives the order (URL first, then exact, lines, MinHash on word 5-grams
+near J = 0.7-0.8) and FineWeb's banding (112 hashes = 14 bands x 8 rows). The work runs as
+phases, each persisted under OUT/_work/ and resumable:
+
+1. sign      one task per input file: keys per document (normalized URL hash, normalized text
+             hash, MinHash band keys, line hashes) -> _work/sign/NNNNN.npz
+2. pairs     one task per (key family, hash partition): sort the keys, every run of equal keys
+             becomes edges to its first document -> _work/pairs/FAMILY-P.npy. Memory is one
+             partition: more `partitions` = less memory.
+3. clusters  union-find over all edges, one survivor per cluster by the survivor rule, which
+             method removed each document, frequent lines -> _work/clusters.npz
+4. filter    one task per input file, through the usual sharded driver: kept rows get
+             dup_cluster_id (the survivor's id) and dup_cluster_size; removed rows go to rejected/
+             with dup_of.
+
+Document numbers are global (input order), so results are identical whatever --workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmctl.artifacts.docs import STDIO, DocsSink, DocsSource, ShardWriter, open_docs_inputs, part_name, read_source, resolve_docs_inputs, source_schema
+from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
+from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
+from llmctl.data.dedup.minhash import MinHasher, Shingler, s_curve, threshold
+from llmctl.data.dedup.normalize import normalize_text, normalize_url
+from llmctl.errors import StageFailed, UsageError
+from llmctl.runtime.executor import Task, run_tasks
+from llmctl.runtime.progress import Progress
+from llmctl.runtime.stage import RunOptions, config_digest, prepare_out, run_sharded
+
+STAGE = "dedup"
+METHODS = ("url", "exact", "minhash")  # attribution order: the cheapest explanation wins
+S_CURVE_J = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+
+
+@dataclass
+class DedupConfig:
+    url: bool = False
+    exact: bool = False
+    lines: bool = False
+    minhash: bool = False
+    ngram: int = 5
+    bands: int = 14  # FineWeb: 112 hashes = 14 bands x 8 rows (spec §A5)
+    rows: int = 8
+    seed: int = 1
+    max_line_count: int = 6  # Llama 3: drop lines seen more than 6 times (spec §A5)
+    keep: str = "first"  # survivor rule: first | earliest (by `date`) | max:COLUMN
+    partitions: int = 1
+    keep_rejected: bool = False
+    keep_work: bool = False
+
+    def check(self) -> None:
+        if not (self.url or self.exact or self.lines or self.minhash):
+            raise UsageError("choose at least one of --url, --exact, --lines, --minhash")
+        if self.bands < 1 or self.rows < 1 or self.ngram < 1 or self.partitions < 1:
+            raise UsageError("--bands, --rows, --ngram and --partitions must be >= 1")
+        if not (self.keep in ("first", "earliest") or (self.keep.startswith("max:") and len(self.keep) > 4)):
+            raise UsageError(f"--keep must be first, earliest or max:COLUMN, not {self.keep!r}")
+
+
+def _h64(s: str) -> int:
+    return int.from_bytes(hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
+def _rank(row: dict, keep: str) -> float:
+    """Lower survives. first: all equal (index breaks ties); earliest: the date; max:COL: -value."""
+    if keep == "earliest":
+        d = row.get("date")
+        try:
+            return datetime.fromisoformat(str(d).replace("Z", "+00:00")).timestamp() if d else math.inf
+        except ValueError:
+            return math.inf
+    if keep.startswith("max:"):
+        v = row.get(keep[4:])
+        return -float(v) if isinstance(v, (int, float)) and not math.isnan(v) else math.inf
+    return 0.0
+
+
+def _save_npz(path: Path, **arrays) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npy")
+    np.save(tmp, array)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase 1: keys per document
+
+
+@dataclass
+class _Sign:
+    cfg: DedupConfig
+    work: Path
+
+    def __call__(self, task: Task, report) -> dict:
+        path = self.work / "sign" / f"{task.index:05d}.npz"
+        if path.exists():
+            report(task.weight)
+            return {}
+        cfg, source, first = self.cfg, DocsSource(**task.payload["source"]), task.payload["first"]
+        shingler, hasher = Shingler(cfg.ngram), MinHasher(cfg.bands, cfg.rows, cfg.seed)
+        ids, ranks, chars, url_keys, exact_keys, shingle_sets, line_keys, line_counts = [], [], [], [], [], [], [], []
+        for batch in read_source(source):
+            for row in batch.to_pylist():
+                text = row.get("text") or ""
+                ids.append(row["id"])
+                ranks.append(_rank(row, cfg.keep))
+                chars.append(len(text))
+                if cfg.url:
+                    url = row.get("url")
+                    # a document without a URL never matches another by URL
+                    url_keys.append(_h64(normalize_url(url)) if url else _h64(f"\0no-url\0{first + len(ids)}"))
+                norm = normalize_text(text) if (cfg.exact or cfg.minhash) else ""
+                if cfg.exact:
+                    exact_keys.append(_h64(norm))
+                if cfg.minhash:
+                    shingle_sets.append(shingler.shingles(norm))
+                if cfg.lines:
+                    keys = [_h64(ln.strip()) for ln in text.split("\n") if ln.strip()]
+                    line_keys.extend(keys)
+                    line_counts.append(len(keys))
+            report(batch.num_rows)
+        n = len(ids)
+        arrays = {"ids": np.array(ids, dtype=object).astype(str) if n else np.array([], dtype=str), "rank": np.array(ranks, dtype=np.float64), "chars": np.array(chars, dtype=np.int64)}
+        if cfg.url:
+            arrays["url"] = np.array(url_keys, dtype=np.uint64)
+        if cfg.exact:
+            arrays["exact"] = np.array(exact_keys, dtype=np.uint64)
+        if cfg.minhash:
+            arrays["bands"] = hasher.band_keys(hasher.signatures(shingle_sets)) if n else np.zeros((0, cfg.bands), np.uint64)
+            # documents with no words at all must not all collide on the empty signature
+            empty = np.array([len(s) == 0 for s in shingle_sets], dtype=bool)
+            if empty.any():
+                arrays["bands"][empty] = np.array([[_h64(f"\0empty\0{first + i}\0{b}") for b in range(cfg.bands)] for i in np.flatnonzero(empty)], dtype=np.uint64)
+        if cfg.lines:
+            arrays["lines"] = np.array(line_keys, dtype=np.uint64)
+        _save_npz(path, **arrays)
+        return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase 2: candidate pairs per (family, partition)
+
+
+def families(cfg: DedupConfig) -> list[tuple[str, int | None]]:
+    fam: list[tuple[str, int | None]] = []
+    if cfg.url:
+        fam.append(("url", None))
+    if cfg.exact:
+        fam.append(("exact", None))
+    if cfg.minhash:
+        fam += [("minhash", b) for b in range(cfg.bands)]
+    return fam
+
+
+def edges_of_equal_keys(keys: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    """Every run of equal keys -> edges (first doc of the run, each other doc of the run)."""
+    if len(keys) < 2:
+        return np.zeros((0, 2), np.int64)
+    order = np.lexsort((docs, keys))
+    k, d = keys[order], docs[order]
+    new_run = np.ones(len(k), dtype=bool)
+    new_run[1:] = k[1:] != k[:-1]
+    head = np.maximum.accumulate(np.where(new_run, np.arange(len(k)), 0))
+    dup = ~new_run
+    return np.stack([d[head[dup]], d[dup]], axis=1).astype(np.int64)
+
+
+@dataclass
+class _Pairs:
+    cfg: DedupConfig
+    work: Path
+    n_shards: int
+    firsts: list[int]
+
+    def __call__(self, task: Task, report) -> dict:
+        family, band, part = task.payload["family"], task.payload["band"], task.payload["part"]
+        path = self.work / "pairs" / f"{task.name}.npy"
+        if not path.exists():
+            keys, docs = [], []
+            for i in range(self.n_shards):
+                with np.load(self.work / "sign" / f"{i:05d}.npz") as z:
+                    col = z["bands"][:, band] if family == "minhash" else z[family]
+                mine = (col % np.uint64(self.cfg.partitions)) == part if self.cfg.partitions > 1 else slice(None)
+                keys.append(col[mine])
+                docs.append((np.arange(len(col), dtype=np.int64) + self.firsts[i])[mine])
+            keys_all = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
+            docs_all = np.concatenate(docs) if docs else np.zeros(0, np.int64)
+            _save_npy(path, edges_of_equal_keys(keys_all, docs_all))
+        report(1)
+        return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase 3: clusters
+
+
+def build_clusters(cfg: DedupConfig, work: Path, n_shards: int, pair_tasks: list[Task]) -> None:
+    path = work / "clusters.npz"
+    if path.exists():
+        return
+    ids, ranks, chars = [], [], []
+    for i in range(n_shards):
+        with np.load(work / "sign" / f"{i:05d}.npz") as z:
+            ids.append(z["ids"])
+            ranks.append(z["rank"])
+            chars.append(z["chars"])
+    ids_all = np.concatenate(ids) if ids else np.array([], dtype=str)
+    n = len(ids_all)
+    rank = np.concatenate(ranks) if ranks else np.zeros(0)
+    by_method = {m: [] for m in METHODS}
+    for t in pair_tasks:
+        by_method[t.payload["family"]].append(np.load(work / "pairs" / f"{t.name}.npy"))
+    method_edges = {m: (np.concatenate(v) if v else np.zeros((0, 2), np.int64)) for m, v in by_method.items()}
+    labels = components(n, np.concatenate(list(method_edges.values())))
+    survivor = survivors(labels, rank) if n else np.zeros(0, np.int64)
+    size = sizes(labels) if n else np.zeros(0, np.int64)
+    removed_by = np.zeros(n, dtype=np.int8)  # 0 kept, else 1 + index in METHODS
+    for k, m in reversed(list(enumerate(METHODS))):  # first method that explains a removal wins
+        if len(method_edges[m]):
+            in_dup = sizes(components(n, method_edges[m])) > 1
+            removed_by[in_dup] = k + 1
+    removed_by[survivor == np.arange(n)] = 0
+    frequent = np.zeros(0, np.uint64)
+    if cfg.lines:
+        frequent = frequent_lines(work, n_shards, cfg)
+    _save_npz(path, survivor=survivor, size=size, removed_by=removed_by, survivor_ids=ids_all[survivor] if n else ids_all, frequent=frequent)
+
+
+def frequent_lines(work: Path, n_shards: int, cfg: DedupConfig) -> np.ndarray:
+    """Line hashes seen more than max_line_count times, counted one hash partition at a time."""
+    out = []
+    for part in range(cfg.partitions):
+        chunks = []
+        for i in range(n_shards):
+            with np.load(work / "sign" / f"{i:05d}.npz") as z:
+                h = z["lines"]
+            chunks.append(h[(h % np.uint64(cfg.partitions)) == part] if cfg.partitions > 1 else h)
+        allh = np.concatenate(chunks) if chunks else np.zeros(0, np.uint64)
+        if len(allh):
+            uniq, counts = np.unique(allh, return_counts=True)
+            out.append(uniq[counts > cfg.max_line_count])
+    return np.sort(np.concatenate(out)) if out else np.zeros(0, np.uint64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase 4: filter
+
+
+@dataclass
+class _Filter:
+    cfg: DedupConfig
+
+    def __call__(self, task: Task, out: Path, report) -> dict:
+        return filter_shard(task, out, report, self.cfg)
+
+
+def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
+    source, first, work = DocsSource(**task.payload["source"]), task.payload["first"], Path(task.payload["work"])
+    with np.load(work / "clusters.npz") as z:
+        survivor, size, removed_by, survivor_ids, frequent = z["survivor"], z["size"], z["removed_by"], z["survivor_ids"], z["frequent"]
+    schema = source_schema(source)
+    for name, typ in (("dup_cluster_id", pa.string()), ("dup_cluster_size", pa.int64())):
+        if name not in schema.names:
+            schema = schema.append(pa.field(name, typ))
+    rej_schema = schema.append(pa.field("reason", pa.string())).append(pa.field("dup_of", pa.string()))
+    outputs = [f"{task.name}.parquet"]
+    removed = {m: {"docs": 0, "chars": 0} for m in METHODS}
+    lines_removed = line_chars = 0
+    n_in = n_out = 0
+    rej = None
+    if cfg.keep_rejected:
+        outputs.append(f"rejected/{task.name}.parquet")
+        rej = ShardWriter(out / outputs[1], rej_schema)
+    with ShardWriter(out / outputs[0], schema) as w:
+        i = first
+        for batch in read_source(source):
+            kept, dropped = [], []
+            for row in batch.to_pylist():
+                text = row.get("text") or ""
+                row["dup_cluster_id"] = str(survivor_ids[i])
+                row["dup_cluster_size"] = int(size[i])
+                if removed_by[i]:
+                    m = METHODS[removed_by[i] - 1]
+                    removed[m]["docs"] += 1
+                    removed[m]["chars"] += len(text)
+                    row["reason"], row["dup_of"] = f"dedup.{m}", str(survivor_ids[i])
+                    dropped.append(row)
+                else:
+                    if len(frequent) and text:
+                        lines = text.split("\n")
+                        keep = [ln for ln in lines if not (ln.strip() and _is_frequent(_h64(ln.strip()), frequent))]
+                        if len(keep) != len(lines):
+                            lines_removed += len(lines) - len(keep)
+                            new = "\n".join(keep)
+                            line_chars += len(text) - len(new)
+                            row["text"] = new
+                    kept.append(row)
+                i += 1
+            n_in += batch.num_rows
+            n_out += len(kept)
+            w.write(pa.Table.from_pylist(kept, schema=schema))
+            if rej is not None:
+                rej.write(pa.Table.from_pylist(dropped, schema=rej_schema))
+            report(batch.num_rows)
+    if rej is not None:
+        rej.close()
+    return {
+        "outputs": outputs,
+        "counts": {"in": n_in, "out": n_out, "removed": removed, "lines": {"removed": lines_removed, "chars": line_chars}},
+    }
+
+
+def _is_frequent(h: int, frequent: np.ndarray) -> bool:
+    j = np.searchsorted(frequent, np.uint64(h))
+    return j < len(frequent) and frequent[j] == np.uint64(h)
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+
+
+def _spool_stdin(tmpdir: str) -> list[DocsSource]:
+    inp = open_docs_inputs([STDIO])
+    sink = DocsSink(Path(tmpdir), inp.schema, rows_per_part=100_000)
+    for b in inp.batches:
+        sink.write(b)
+    sink.close()
+    return [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
+
+
+def _row_count(s: DocsSource) -> int:
+    if s.fmt == "parquet":
+        return pq.ParquetFile(s.path).metadata.num_rows
+    return sum(b.num_rows for b in read_source(s))
+
+
+def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
+    cfg.check()
+    t0 = time.perf_counter()
+    opts = opts or RunOptions()
+    progress = progress or Progress()
+    config = asdict(cfg)
+    streaming = out == STDIO
+    with tempfile.TemporaryDirectory(prefix="llmctl-dedup-") as tmp:
+        sources = _spool_stdin(tmp) if inputs == [STDIO] else resolve_docs_inputs(inputs)
+        counts = [_row_count(s) for s in sources]
+        firsts = [int(x) for x in np.concatenate(([0], np.cumsum(counts)[:-1]))] if counts else []
+        work = Path(tmp) / "_work" if streaming else Path(out) / "_work"
+        if not streaming:
+            prepare_out(Path(out), STAGE, config_digest(STAGE, config), opts.overwrite)
+            if (Path(out) / "manifest.json").exists():  # finished before, same config: nothing to do
+                return read_manifest(out)
+        for sub in ("sign", "pairs"):
+            (work / sub).mkdir(parents=True, exist_ok=True)
+
+        sign_tasks = [Task(i, f"sign-{i:05d}", {"source": asdict(s), "first": firsts[i]}, weight=counts[i]) for i, s in enumerate(sources)]
+        progress.start(sum(counts), "docs", "dedup: sign")
+        _phase(run_tasks(_Sign(cfg, work), sign_tasks, workers=opts.workers, progress=progress), "sign")
+        progress.finish()
+
+        fams = families(cfg)
+        pair_tasks = [
+            Task(k, f"{fam}{'' if band is None else f'-b{band:02d}'}-p{part:03d}", {"family": fam, "band": band, "part": part})
+            for k, ((fam, band), part) in enumerate((f, p) for f in fams for p in range(cfg.partitions))
+        ]
+        progress.start(len(pair_tasks), "", "dedup: pairs")
+        _phase(run_tasks(_Pairs(cfg, work, len(sources), firsts), pair_tasks, workers=opts.workers, progress=progress), "pairs")
+        progress.finish()
+
+        build_clusters(cfg, work, len(sources), pair_tasks)
+
+        filter_tasks = [Task(i, part_name(i, ""), {"source": asdict(s), "first": firsts[i], "work": str(work)}, weight=counts[i]) for i, s in enumerate(sources)]
+        manifest = run_sharded(
+            stage=STAGE,
+            kind="docs",
+            out=out,
+            tasks=filter_tasks,
+            fn=_Filter(cfg),
+            config=config,
+            inputs=[input_ref(p) for p in inputs],
+            opts=RunOptions(workers=opts.workers, strict=opts.strict),
+            progress=progress,
+            unit="docs",
+        )
+        manifest.counts.update(_report(cfg, work, counts))
+        manifest.wall_seconds = round(time.perf_counter() - t0, 3)  # all four phases
+        if not streaming and (Path(out) / "manifest.json").exists():
+            write_manifest(out, manifest)
+            if not cfg.keep_work:
+                shutil.rmtree(work, ignore_errors=True)
+        return manifest
+
+
+def _phase(results, name: str) -> None:
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise StageFailed(f"dedup {name} phase: {failed[0].name} failed: {failed[0].error}; finished work is kept, re-run to resume")
+
+
+def _report(cfg: DedupConfig, work: Path, counts: list[int]) -> dict:
+    """S-curve of the banding, cluster-size histogram (for the manifest and the summary)."""
+    rep: dict = {}
+    if cfg.minhash:
+        rep["s_curve"] = {"bands": cfg.bands, "rows": cfg.rows, "threshold": round(threshold(cfg.bands, cfg.rows), 4), "p_flag": {str(j): round(float(s_curve(j, cfg.bands, cfg.rows)), 4) for j in S_CURVE_J}}
+    with np.load(work / "clusters.npz") as z:
+        survivor, size = z["survivor"], z["size"]
+    rep["clusters"] = size_histogram(size, survivor) if len(size) else {}
+    return rep
