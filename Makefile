@@ -56,12 +56,13 @@ WARCS := $(sort $(wildcard $(WARC)))
 
 EXTRACT_CONFIG ?= default
 FILTER_CONFIG  ?= fineweb
+DEDUP_CONFIG   ?= minhash
 
 demo: setup
 	$(MAKE) --no-print-directory pipeline WARC='$(CRAWL)' OUT=out/demo
-	$(LLMCTL) inspect out/demo/filtered --samples 1
+	$(LLMCTL) inspect out/demo/dedup --samples 1
 
-pipeline: setup $(OUT)/filtered/manifest.json
+pipeline: setup $(OUT)/dedup/manifest.json
 
 # crawl-extract: WARC -> docs. The summary table shows every skip reason.
 $(OUT)/docs/manifest.json: $(WARCS) $(wildcard stages/crawl-extract/$(EXTRACT_CONFIG).toml stages/crawl-extract/lists/*) | $(STAMP) $(LANGID)
@@ -71,6 +72,10 @@ $(OUT)/docs/manifest.json: $(WARCS) $(wildcard stages/crawl-extract/$(EXTRACT_CO
 # filter: the FineWeb chain; the end-of-run table is the funnel (what each step removed).
 $(OUT)/filtered/manifest.json: $(OUT)/docs/manifest.json stages/filter/$(FILTER_CONFIG).toml
 	$(LLMCTL) filter $(OUT)/docs -o $(OUT)/filtered --config $(FILTER_CONFIG) --keep-rejected --overwrite
+
+# dedup: URL + exact + MinHash (14 bands x 8 rows); prints what each method removed and the S-curve.
+$(OUT)/dedup/manifest.json: $(OUT)/filtered/manifest.json stages/dedup/$(DEDUP_CONFIG).toml
+	$(LLMCTL) dedup $(OUT)/filtered -o $(OUT)/dedup --config $(DEDUP_CONFIG) --keep-rejected --overwrite
 
 # Regenerate the example crawl (committed; byte-identical on every run).
 crawl:
