@@ -57,12 +57,14 @@ WARCS := $(sort $(wildcard $(WARC)))
 EXTRACT_CONFIG ?= default
 FILTER_CONFIG  ?= fineweb
 DEDUP_CONFIG   ?= minhash
+VOCAB_SIZE     ?= 4096
+VAL_FRACTION   ?= 0.05
 
 demo: setup
 	$(MAKE) --no-print-directory pipeline WARC='$(CRAWL)' OUT=out/demo
-	$(LLMCTL) inspect out/demo/dedup --samples 1
+	$(LLMCTL) tokenize report out/demo/tokenizer --sample out/demo/dedup
 
-pipeline: setup $(OUT)/dedup/manifest.json
+pipeline: setup $(OUT)/tokens/train/manifest.json $(OUT)/tokens/val/manifest.json
 
 # crawl-extract: WARC -> docs. The summary table shows every skip reason.
 $(OUT)/docs/manifest.json: $(WARCS) $(wildcard stages/crawl-extract/$(EXTRACT_CONFIG).toml stages/crawl-extract/lists/*) | $(STAMP) $(LANGID)
@@ -76,6 +78,14 @@ $(OUT)/filtered/manifest.json: $(OUT)/docs/manifest.json stages/filter/$(FILTER_
 # dedup: URL + exact + MinHash (14 bands x 8 rows); prints what each method removed and the S-curve.
 $(OUT)/dedup/manifest.json: $(OUT)/filtered/manifest.json stages/dedup/$(DEDUP_CONFIG).toml
 	$(LLMCTL) dedup $(OUT)/filtered -o $(OUT)/dedup --config $(DEDUP_CONFIG) --keep-rejected --overwrite
+
+# tokenize: train a byte-level BPE on the deduplicated docs, then encode a train and a held-out
+# val split (by document, seeded).
+$(OUT)/tokenizer/manifest.json: $(OUT)/dedup/manifest.json
+	$(LLMCTL) tokenize train $(OUT)/dedup -o $(OUT)/tokenizer --vocab-size $(VOCAB_SIZE) --overwrite
+
+$(OUT)/tokens/%/manifest.json: $(OUT)/dedup/manifest.json $(OUT)/tokenizer/manifest.json
+	$(LLMCTL) tokenize $(OUT)/dedup -o $(OUT)/tokens/$* --tokenizer $(OUT)/tokenizer --split $* --val-fraction $(VAL_FRACTION) --overwrite
 
 # Regenerate the example crawl (committed; byte-identical on every run).
 crawl:

@@ -445,6 +445,89 @@ def dedup(
 
 
 # ---------------------------------------------------------------------------------------------
+# tokenize: `llmctl tokenize DOCS -o TOKENS --tokenizer TOK` beside `train` and `report`
+
+tokenize_app = typer.Typer(
+    cls=_DefaultCommandGroup,
+    help="Byte-level BPE: `train` a tokenizer on docs, encode docs into token shards "
+    "(`llmctl tokenize DOCS -o TOKENS --tokenizer TOK/tokenizer.json`), `report` on a tokenizer.",
+    no_args_is_help=True,
+)
+app.add_typer(tokenize_app, name="tokenize")
+
+
+@tokenize_app.command("run")
+def tokenize_run(
+    inputs: Annotated[list[str], typer.Argument(help="Docs inputs: artifacts, Parquet/JSONL files or dirs, globs.")],
+    output: Out = ...,
+    tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer.json (ours or any Hugging Face one), or a `tokenize train` output dir.")] = "",
+    split: Annotated[Optional[str], typer.Option("--split", help="Keep only the train or val side of a seeded by-document split.")] = None,
+    val_fraction: Annotated[float, typer.Option("--val-fraction", help="Share of documents in the val side (with --split).")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the split.")] = 0,
+    workers: Workers = None,
+    shard_index: ShardIndex = 0,
+    num_shards: NumShards = 1,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Encode docs into token shards (uint16/uint32 .bin + .idx, EOS after every document)."""
+    from llmctl.data.tokenize import TokenizeConfig, run_tokenize
+
+    quiet, as_json = _flags(quiet, json_)
+    cfg = TokenizeConfig(tokenizer=tokenizer, split=split, val_fraction=val_fraction, seed=seed)
+    m = run_tokenize(inputs, output, cfg, _run_options(workers, shard_index, num_shards, overwrite, False), ConsoleProgress(quiet))
+    report(m, output, quiet, as_json, rate_key="docs")
+
+
+@tokenize_app.command("train")
+def tokenize_train(
+    inputs: Annotated[list[str], typer.Argument(help="Docs to train on.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Output directory (tokenizer.json + manifest.json).")],
+    vocab_size: Annotated[int, typer.Option("--vocab-size", "-v", help="Vocabulary size, special tokens included.")] = 8192,
+    pattern: Annotated[str, typer.Option(help="Pre-tokenizer regex: cl100k (digit runs of 1-3) or gpt2.")] = "cl100k",
+    max_chars: Annotated[int, typer.Option("--max-chars", help="Train on a seeded sample of at most this many characters.")] = 50_000_000,
+    seed: Annotated[int, typer.Option(help="Seed of the training sample.")] = 0,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Train a byte-level BPE tokenizer (Hugging Face tokenizers) with the special tokens reserved."""
+    from llmctl.data.tokenize import train_tokenizer
+    from llmctl.data.tokenizer import TrainTokenizerConfig
+
+    quiet, as_json = _flags(quiet, json_)
+    cfg = TrainTokenizerConfig(vocab_size=vocab_size, pattern=pattern, max_chars=max_chars, seed=seed, overwrite=overwrite)
+    m = train_tokenizer(inputs, output, cfg, ConsoleProgress(quiet))
+    report(m, output, quiet, as_json, rate_key="docs")
+
+
+@tokenize_app.command("report")
+def tokenize_report(
+    tokenizer: Annotated[str, typer.Argument(help="tokenizer.json or a tokenizer directory.")],
+    sample: Annotated[Optional[list[str]], typer.Option("--sample", help="Docs to measure on (bytes/chars per token, language premium).")] = None,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Bytes and characters per token, per-language premium, longest tokens, special tokens."""
+    from rich.console import Console
+
+    from llmctl.data.tokenize import report as tok_report
+
+    _, as_json = _flags(quiet, json_)
+    r = tok_report(tokenizer, sample)
+    if as_json:
+        print_json(r)
+        return
+    out = Console(highlight=False)
+    out.print(table("tokenizer", [(k, r[k]) for k in ("tokenizer", "vocab_size", "eos_id", "encoder", "sample_docs", "bytes_per_token", "chars_per_token", "vocab_used", "vocab_utilization") if k in r]))
+    out.print(table("special tokens", sorted(r["special_tokens"].items(), key=lambda kv: kv[1]), headers=("token", "id")))
+    if r.get("languages"):
+        out.print(table("languages", [(k, v["docs"], v["tokens_per_char"], v["premium_vs_en"]) for k, v in r["languages"].items()], headers=("lang", "docs", "tokens/char", "premium vs en")))
+    out.print(table("longest tokens", [(t["id"], repr(t["text"]), t["bytes"]) for t in r["longest_tokens"]], headers=("id", "token", "bytes")))
+
+
+# ---------------------------------------------------------------------------------------------
 # entry point
 
 

@@ -50,7 +50,8 @@ class RunOptions:
 
 
 # A stage's task function: (task, artifact_dir, report) -> stats, where stats is
-#   {"outputs": [relative file paths written], "counts": {...}, "errors": [{...}]}
+#   {"outputs": [relative Parquet paths, or {"file", "rows"} for other files], "counts": {...},
+#    "errors": [{...}]}
 ShardFn = Callable[[Task, Path, Callable[[int], None]], dict]
 
 
@@ -64,15 +65,19 @@ class _ShardJob:
     def __call__(self, task: Task, report: Callable[[int], None]) -> dict:
         stats = self.fn(task, self.work_dir, report)
         stats["name"] = task.name
-        stats["outputs"] = [
-            output_entry(self.work_dir / f, pq.ParquetFile(self.work_dir / f).metadata.num_rows, self.work_dir)
-            for f in stats.get("outputs", [])
-        ]
+        stats["outputs"] = [_output(self.work_dir, f) for f in stats.get("outputs", [])]
         marker = self.work_dir / SHARDS_DIR / f"{task.name}.json"
         tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
         tmp.write_text(json.dumps(stats, sort_keys=True), encoding="utf-8")
         os.replace(tmp, marker)
         return stats
+
+
+def _output(work: Path, f) -> dict:
+    """An `outputs` entry: a Parquet file counts its own rows; other files say theirs ({file, rows})."""
+    if isinstance(f, dict):
+        return output_entry(work / f["file"], f.get("rows"), work)
+    return output_entry(work / f, pq.ParquetFile(work / f).metadata.num_rows, work)
 
 
 def config_digest(stage: str, config: dict) -> str:

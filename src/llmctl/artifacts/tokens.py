@@ -1,0 +1,86 @@
+"""The tokens artifact (DESIGN §2): flat token shards and the memory-mapped reader.
+
+`tokens-NNNNN.bin` holds the documents' token ids back to back, each followed by the EOS id,
+as little-endian uint16 when the vocabulary fits in 65,536 ids, else uint32. `tokens-NNNNN.idx`
+holds the int64 start offset of each document in its shard. The reader maps every shard and
+serves a document, or a window at any global token offset, without copying the corpus.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from llmctl.artifacts.manifest import read_manifest
+from llmctl.errors import UsageError
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
+
+
+def write_shard(bin_path: Path, idx_path: Path, docs: list[list[int]] | list[np.ndarray], eos: int, dtype: np.dtype) -> tuple[int, int]:
+    """Write one shard atomically; return (documents, tokens including the EOS after each)."""
+    lengths = np.array([len(d) + 1 for d in docs], dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype("<i8") if len(docs) else np.zeros(0, "<i8")
+    flat = np.empty(int(lengths.sum()), dtype=dtype)
+    for d, s in zip(docs, starts):
+        flat[s : s + len(d)] = d
+        flat[s + len(d)] = eos
+    for path, array in ((bin_path, flat), (idx_path, starts)):
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        array.tofile(tmp)
+        os.replace(tmp, path)
+    return len(docs), int(lengths.sum())
+
+
+class TokenDataset:
+    """Random access to a tokens artifact: `n_tokens`, `n_docs`, `doc(i)`, `window(offset, n)`."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        if not (self.path / "manifest.json").is_file():
+            raise UsageError(f"{path} is not a tokens artifact (no manifest.json)")
+        m = read_manifest(self.path)
+        if m.kind != "tokens":
+            raise UsageError(f"{path} is a {m.kind} artifact, not tokens")
+        self.manifest = m
+        self.dtype = np.dtype(m.config["dtype"])
+        self.eos_id = m.config.get("eos_id")
+        self.vocab_size = m.config["vocab_size"]
+        bins = [o["file"] for o in m.outputs if o["file"].endswith(".bin")]
+        self.shards = [np.memmap(self.path / b, dtype=self.dtype, mode="r") if (self.path / b).stat().st_size else np.zeros(0, self.dtype) for b in bins]
+        self.starts = [np.fromfile(self.path / b.replace(".bin", ".idx"), dtype="<i8") for b in bins]
+        sizes = np.array([len(s) for s in self.shards], dtype=np.int64)
+        self.shard_offset = np.concatenate(([0], np.cumsum(sizes)))  # global token offset of each shard
+        docs = np.array([len(s) for s in self.starts], dtype=np.int64)
+        self.doc_offset = np.concatenate(([0], np.cumsum(docs)))
+        self.n_tokens = int(self.shard_offset[-1])
+        self.n_docs = int(self.doc_offset[-1])
+
+    def doc(self, i: int) -> np.ndarray:
+        """Tokens of document i, without its trailing EOS."""
+        if not 0 <= i < self.n_docs:
+            raise IndexError(i)
+        s = int(np.searchsorted(self.doc_offset, i, side="right") - 1)
+        k = i - int(self.doc_offset[s])
+        start = int(self.starts[s][k])
+        end = int(self.starts[s][k + 1]) if k + 1 < len(self.starts[s]) else len(self.shards[s])
+        return np.asarray(self.shards[s][start : end - 1])
+
+    def window(self, offset: int, length: int) -> np.ndarray:
+        """`length` tokens from global offset `offset` (crossing shard ends as needed)."""
+        if offset < 0 or offset + length > self.n_tokens:
+            raise IndexError(f"window [{offset}, {offset + length}) outside 0..{self.n_tokens}")
+        out = np.empty(length, dtype=np.int64)
+        got = 0
+        s = int(np.searchsorted(self.shard_offset, offset, side="right") - 1)
+        while got < length:
+            local = offset + got - int(self.shard_offset[s])
+            take = min(length - got, len(self.shards[s]) - local)
+            out[got : got + take] = self.shards[s][local : local + take]
+            got += take
+            s += 1
+        return out

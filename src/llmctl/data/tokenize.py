@@ -1,0 +1,225 @@
+"""tokenize: train a tokenizer on docs; encode docs into token shards; report on a tokenizer.
+
+Encoding keeps what bits per byte needs (spec 001-data-eval §A9: BPB = (tokens/bytes) x
+loss / ln 2, with the UTF-8 bytes of the unnormalized text; special tokens count 0 bytes): the
+manifest records documents, tokens and bytes. `split` with `val_fraction` sends each document
+to train or val by a seeded hash of its id, so the two splits are disjoint by document and the
+same whatever the sharding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from llmctl.artifacts.docs import STDIO, DocsSource, open_docs_inputs, read_source, resolve_docs_inputs
+from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, write_manifest
+from llmctl.artifacts.tokens import token_dtype, write_shard
+from llmctl.data import tokenizer as bpe
+from llmctl.docs_ops import prepare_plain_out
+from llmctl.errors import UsageError
+from llmctl.runtime.executor import Task
+from llmctl.runtime.progress import Progress
+from llmctl.runtime.stage import RunOptions, run_sharded
+
+STAGE = "tokenize"
+
+
+# ---------------------------------------------------------------------------------------------
+# train
+
+
+def train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig, progress: Progress | None = None) -> Manifest:
+    progress = progress or Progress()
+    t0 = time.perf_counter()
+    if out == STDIO:
+        raise UsageError("a tokenizer is written to a directory, not to '-'")
+    prepare_plain_out(out, cfg.overwrite)
+    docs = open_docs_inputs(inputs)
+    texts = [t for b in docs.batches for t in b.column("text").to_pylist()]
+    if not any(texts):
+        raise UsageError("no text to train a tokenizer on")
+    sample = bpe.sample_texts(texts, cfg.max_chars, cfg.seed)
+    progress.start(None, "", "tokenize train")
+    tok = bpe.train(sample, cfg)
+    progress.finish()
+    Path(out).mkdir(parents=True, exist_ok=True)
+    path = Path(out) / "tokenizer.json"
+    tok.save(str(path))
+    meta = bpe.info(tok, path)
+    config = asdict(cfg)
+    config.update(vocab_size_actual=meta.vocab_size, special=meta.special, eos_id=meta.eos_id)
+    m = Manifest(
+        kind="tokenizer",
+        stage="tokenize train",
+        config=config,
+        inputs=[input_ref(p) for p in inputs],
+        outputs=[{"file": "tokenizer.json", "rows": None, "bytes": path.stat().st_size, "sha256": file_sha256(path)}],
+        counts={"docs": len(texts), "docs_sampled": len(sample), "chars_sampled": sum(map(len, sample)), "vocab_size": meta.vocab_size},
+        wall_seconds=round(time.perf_counter() - t0, 3),
+    )
+    write_manifest(out, m)
+    return m
+
+
+# ---------------------------------------------------------------------------------------------
+# encode
+
+
+@dataclass
+class TokenizeConfig:
+    tokenizer: str = ""
+    split: str | None = None  # None: every document; "train" / "val": that side of the split
+    val_fraction: float = 0.0
+    seed: int = 0
+    batch_docs: int = 1024
+
+    def check(self) -> None:
+        if not self.tokenizer:
+            raise UsageError("--tokenizer is required (a tokenizer.json or a `tokenize train` output)")
+        if self.split not in (None, "train", "val"):
+            raise UsageError("--split must be train or val")
+        if self.split and not 0 < self.val_fraction < 1:
+            raise UsageError("--split needs --val-fraction between 0 and 1")
+
+
+def in_val(doc_id: str, fraction: float, seed: int) -> bool:
+    h = int.from_bytes(hashlib.blake2b(f"{seed}\0{doc_id}".encode(), digest_size=8).digest(), "little")
+    return h / 2**64 < fraction
+
+
+@dataclass
+class _Encode:
+    cfg: TokenizeConfig
+    tokenizer_path: str
+    threads: int
+
+    def __call__(self, task: Task, out: Path, report) -> dict:
+        cfg = self.cfg
+        enc = bpe.Encoder(self.tokenizer_path, threads=self.threads)
+        dtype = token_dtype(enc.info.vocab_size)
+        docs: list = []
+        n_bytes = skipped = 0
+        for batch in read_source(DocsSource(**task.payload)):
+            ids, texts = batch.column("id").to_pylist(), batch.column("text").to_pylist()
+            for start in range(0, len(texts), cfg.batch_docs):
+                chunk_ids, chunk = ids[start : start + cfg.batch_docs], texts[start : start + cfg.batch_docs]
+                if cfg.split:
+                    keep = [(cfg.split == "val") == in_val(i, cfg.val_fraction, cfg.seed) for i in chunk_ids]
+                    skipped += keep.count(False)
+                    chunk = [t for t, k in zip(chunk, keep) if k]
+                chunk = [t or "" for t in chunk]
+                encoded = enc.encode_batch(chunk)
+                docs.extend(np.asarray(e, dtype=dtype) for e in encoded)
+                n_bytes += sum(len(t.encode("utf-8", "surrogatepass")) for t in chunk)
+            report(batch.num_rows)
+        bin_name, idx_name = f"{task.name}.bin", f"{task.name}.idx"
+        n_docs, n_tokens = write_shard(out / bin_name, out / idx_name, docs, enc.info.eos_id, dtype)
+        return {
+            "outputs": [{"file": bin_name, "rows": n_tokens}, {"file": idx_name, "rows": n_docs}],
+            "counts": {"docs": n_docs, "tokens": n_tokens, "bytes": n_bytes, "other_split": skipped},
+        }
+
+
+def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
+    cfg.check()
+    opts = opts or RunOptions()
+    if out == STDIO:
+        raise UsageError("token shards are written to a directory, not to '-'")
+    tok, tok_path = bpe.load(cfg.tokenizer)
+    meta = bpe.info(tok, tok_path)
+    if meta.eos_id is None:
+        raise UsageError(f"{tok_path} has no end-of-text special token to separate documents")
+    sources = resolve_docs_inputs(inputs)
+    tasks = [Task(i, f"tokens-{i:05d}", asdict(s), weight=_rows(s)) for i, s in enumerate(sources)]
+    workers = opts.workers or 1
+    # a single input file still uses every core: tiktoken's threads work inside the shard
+    threads = max(1, (opts.workers or _cores()) // max(1, min(workers, len(tasks))))
+    config = asdict(cfg)
+    config.update(tokenizer=str(tok_path.resolve()), dtype=token_dtype(meta.vocab_size).str, vocab_size=meta.vocab_size, eos_id=meta.eos_id, special=meta.special, encoder="tiktoken" if bpe.fast_encoder(str(tok_path)) else "tokenizers")
+    m = run_sharded(stage=STAGE, kind="tokens", out=out, tasks=tasks, fn=_Encode(cfg, str(tok_path), threads), config=config, inputs=[input_ref(p) for p in inputs] + [input_ref(str(tok_path))], opts=opts, progress=progress, unit="docs")
+    if (Path(out) / "manifest.json").exists():
+        shutil.copyfile(tok_path, Path(out) / "tokenizer.json")  # the artifact carries its tokenizer
+        c = m.counts
+        c["tokens_per_byte"] = round(c["tokens"] / c["bytes"], 6) if c.get("bytes") else None
+        write_manifest(out, m)
+    return m
+
+
+def _rows(s: DocsSource) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(s.path).metadata.num_rows if s.fmt == "parquet" else 1
+
+
+def _cores() -> int:
+    from llmctl.runtime.executor import default_workers
+
+    return default_workers()
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def report(tokenizer_path: str, sample: list[str] | None = None, max_docs: int = 2000, top: int = 15) -> dict:
+    """Bytes and characters per token, per-language premium, longest tokens, specials, usage."""
+    tok, p = bpe.load(tokenizer_path)
+    meta = bpe.info(tok, p)
+    enc = bpe.Encoder(str(p))
+    vocab = tok.get_vocab(with_added_tokens=True)
+    inv = {i: t for t, i in vocab.items()}
+    to_byte = {c: b for b, c in bpe._byte_to_unicode().items()}
+
+    def token_bytes(t: str) -> bytes:
+        try:
+            return bytes(to_byte[c] for c in t)
+        except KeyError:
+            return t.encode()
+
+    longest = sorted((i for i in inv if inv[i] not in meta.special), key=lambda i: (-len(token_bytes(inv[i])), i))[:top]
+    out: dict = {
+        "tokenizer": str(p),
+        "vocab_size": meta.vocab_size,
+        "special_tokens": meta.special,
+        "eos_id": meta.eos_id,
+        "encoder": "tiktoken" if enc.fast is not None else "tokenizers",
+        "longest_tokens": [{"id": i, "text": token_bytes(inv[i]).decode("utf-8", "replace"), "bytes": len(token_bytes(inv[i]))} for i in longest],
+    }
+    if sample:
+        docs = open_docs_inputs(sample)
+        rows = [r for b in docs.batches for r in b.select([c for c in ("text", "lang") if c in b.schema.names]).to_pylist()][:max_docs]
+        texts = [r.get("text") or "" for r in rows]
+        ids = enc.encode_batch(texts)
+        n_tok = sum(map(len, ids))
+        n_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+        n_chars = sum(map(len, texts))
+        used = len({i for doc in ids for i in doc})
+        out.update(
+            sample_docs=len(texts),
+            bytes_per_token=round(n_bytes / n_tok, 4) if n_tok else None,
+            chars_per_token=round(n_chars / n_tok, 4) if n_tok else None,
+            vocab_used=used,
+            vocab_utilization=round(used / meta.vocab_size, 4),
+        )
+        if any("lang" in r for r in rows):
+            per: dict[str, list[int]] = {}
+            for r, d in zip(rows, ids):
+                acc = per.setdefault(r.get("lang") or "?", [0, 0, 0])
+                acc[0] += 1
+                acc[1] += len(d)
+                acc[2] += len(r.get("text") or "")
+            en = per.get("en")
+            en_rate = en[1] / en[2] if en and en[2] else None
+            out["languages"] = {
+                lang: {"docs": n, "tokens_per_char": round(t / c, 4) if c else None, "premium_vs_en": round((t / c) / en_rate, 3) if c and en_rate else None}
+                for lang, (n, t, c) in sorted(per.items(), key=lambda kv: -kv[1][0])
+            }
+        out["most_common"] = [{"id": i, "text": token_bytes(inv[i]).decode("utf-8", "replace"), "count": n} for i, n in Counter(i for d in ids for i in d).most_common(top)]
+    return out
