@@ -9,6 +9,7 @@ serves a document, or a window at any global token offset, without copying the c
 from __future__ import annotations
 
 import os
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -21,19 +22,19 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
 
 
-def write_shard(bin_path: Path, idx_path: Path, docs: list[list[int]] | list[np.ndarray], eos: int, dtype: np.dtype) -> tuple[int, int]:
+def write_shard(bin_path: Path, idx_path: Path, docs: list[list[int]], eos: int, dtype: np.dtype) -> tuple[int, int]:
     """Write one shard atomically; return (documents, tokens including the EOS after each)."""
-    lengths = np.array([len(d) + 1 for d in docs], dtype=np.int64)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype("<i8") if len(docs) else np.zeros(0, "<i8")
-    flat = np.empty(int(lengths.sum()), dtype=dtype)
-    for d, s in zip(docs, starts):
-        flat[s : s + len(d)] = d
-        flat[s + len(d)] = eos
+    lengths = np.fromiter((len(d) + 1 for d in docs), dtype=np.int64, count=len(docs))
+    starts = np.zeros(len(docs), dtype="<i8")
+    if len(docs) > 1:
+        np.cumsum(lengths[:-1], out=starts[1:])
+    total = int(lengths.sum())
+    flat = np.fromiter(chain.from_iterable(chain(d, (eos,)) for d in docs), dtype=dtype, count=total)
     for path, array in ((bin_path, flat), (idx_path, starts)):
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         array.tofile(tmp)
         os.replace(tmp, path)
-    return len(docs), int(lengths.sum())
+    return len(docs), total
 
 
 class TokenDataset:

@@ -16,7 +16,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from llmctl.artifacts.docs import STDIO, DocsSource, open_docs_inputs, read_source, resolve_docs_inputs
 from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, write_manifest
@@ -104,20 +105,18 @@ class _Encode:
         cfg = self.cfg
         enc = bpe.Encoder(self.tokenizer_path, threads=self.threads)
         dtype = token_dtype(enc.info.vocab_size)
-        docs: list = []
+        docs: list[list[int]] = []
         n_bytes = skipped = 0
         for batch in read_source(DocsSource(**task.payload)):
-            ids, texts = batch.column("id").to_pylist(), batch.column("text").to_pylist()
-            for start in range(0, len(texts), cfg.batch_docs):
-                chunk_ids, chunk = ids[start : start + cfg.batch_docs], texts[start : start + cfg.batch_docs]
-                if cfg.split:
-                    keep = [(cfg.split == "val") == in_val(i, cfg.val_fraction, cfg.seed) for i in chunk_ids]
-                    skipped += keep.count(False)
-                    chunk = [t for t, k in zip(chunk, keep) if k]
-                chunk = [t or "" for t in chunk]
-                encoded = enc.encode_batch(chunk)
-                docs.extend(np.asarray(e, dtype=dtype) for e in encoded)
-                n_bytes += sum(len(t.encode("utf-8", "surrogatepass")) for t in chunk)
+            texts = batch.column("text")
+            if cfg.split:
+                keep = [(cfg.split == "val") == in_val(i, cfg.val_fraction, cfg.seed) for i in batch.column("id").to_pylist()]
+                skipped += keep.count(False)
+                texts = texts.filter(pa.array(keep, pa.bool_()))
+            n_bytes += pc.sum(pc.binary_length(texts)).as_py() or 0  # UTF-8 bytes, counted in Arrow
+            strings = [t or "" for t in texts.to_pylist()]
+            for start in range(0, len(strings), cfg.batch_docs):
+                docs.extend(enc.encode_batch(strings[start : start + cfg.batch_docs]))
             report(batch.num_rows)
         bin_name, idx_name = f"{task.name}.bin", f"{task.name}.idx"
         n_docs, n_tokens = write_shard(out / bin_name, out / idx_name, docs, enc.info.eos_id, dtype)
