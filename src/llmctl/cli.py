@@ -356,6 +356,12 @@ def filter_train_classifier(
     positive: Annotated[list[str], typer.Option("--positive", help="High-quality reference docs (repeatable).")],
     negative: Annotated[list[str], typer.Option("--negative", help="Random crawl docs (repeatable).")],
     output: Annotated[str, typer.Option("--output", "-o", help="Output directory: model.bin + manifest.json.")],
+    dim: Annotated[int, typer.Option(min=1, help="Embedding size (DCLM: 256). The model is about (words + bucket) x dim x 4 bytes.")] = 256,
+    bucket: Annotated[int, typer.Option(min=1, help="Hash buckets for word n-grams (fastText default 2M; smaller = smaller model).")] = 2_000_000,
+    epoch: Annotated[int, typer.Option(min=1, help="Training epochs (DCLM: 3).")] = 3,
+    lr: Annotated[float, typer.Option(help="Learning rate (DCLM: 0.1).")] = 0.1,
+    word_ngrams: Annotated[int, typer.Option("--word-ngrams", min=1, help="Word n-gram length (DCLM: 2).")] = 2,
+    label: Annotated[str, typer.Option(help="The positive label's name.")] = "hq",
     holdout: Annotated[float, typer.Option(help="Share of each class held out to measure precision/recall.")] = 0.1,
     seed: Annotated[int, typer.Option(help="Seed of the held-out split and of fastText.")] = 0,
     max_docs: Annotated[Optional[int], typer.Option(help="At most this many docs per class.")] = None,
@@ -368,9 +374,9 @@ def filter_train_classifier(
     from llmctl.data.filters.classifier import TrainClassifierConfig, train_classifier
 
     quiet, as_json = _flags(quiet, json_)
-    cfg = TrainClassifierConfig(holdout=holdout, seed=seed, max_docs=max_docs, overwrite=overwrite)
+    cfg = TrainClassifierConfig(dim=dim, bucket=bucket, epoch=epoch, lr=lr, word_ngrams=word_ngrams, label=label, holdout=holdout, seed=seed, max_docs=max_docs, overwrite=overwrite)
     m = train_classifier(positive, negative, output, cfg, ConsoleProgress(quiet))
-    report(m, output, quiet, as_json)
+    report(m, output, quiet, as_json, rate_key="none")
 
 
 @filter_app.command("stats")

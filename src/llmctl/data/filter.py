@@ -239,6 +239,17 @@ def _spool_stdin(tmpdir: str) -> list[DocsSource]:
     return [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
 
 
+def _texts_reaching(before: list[Step], labels: list[str], sources: list[DocsSource]):
+    """The texts that get through `before`, as they arrive (DCLM took its top fraction after the
+    heuristic filters, not of the raw crawl)."""
+    for s in sources:
+        for b in read_source(s):
+            for row in b.to_pylist():
+                o = run_chain(before, labels, row, annotate=False)
+                if o.reason is None:
+                    yield o.text
+
+
 def _rows(source: DocsSource) -> int:
     if source.fmt == "parquet":
         return pq.ParquetFile(source.path).metadata.num_rows
@@ -250,9 +261,10 @@ def run_filter(inputs: list[str], out: str, cfg: FilterConfig, opts: RunOptions 
     steps = build_steps(cfg)
     with tempfile.TemporaryDirectory(prefix="llmctl-filter-in-") as spool:
         sources = _spool_stdin(spool) if inputs == [STDIO] else resolve_docs_inputs(inputs)
-        for step in steps:
+        labels = step_labels(cfg.steps)
+        for k, step in enumerate(steps):
             if step.needs_prepare:  # corpus-wide figures (a top-fraction threshold) before any shard
-                step.prepare(r["text"] or "" for s in sources for b in read_source(s) for r in b.select(["text"]).to_pylist())
+                step.prepare(_texts_reaching(steps[:k], labels[:k], sources))
         tasks = [Task(i, part_name(i, ""), asdict(s), weight=_rows(s)) for i, s in enumerate(sources)]
         config = asdict(cfg)
         config["step_labels"] = step_labels(cfg.steps)

@@ -177,7 +177,7 @@ class QualityClassifier(Step):
             raise UsageError(f"classifier step: label must be one word, got {self.label!r}")
         if self.seed < 0:
             raise UsageError(f"classifier step: seed must be >= 0, got {self.seed}")
-        resolve_model(self.model)  # fail at config time, not in a worker halfway through
+        self._path = resolve_model(self.model)  # fail at config time, not in a worker halfway through
         self._prepared = False
 
     @property
@@ -185,7 +185,7 @@ class QualityClassifier(Step):
         return self.mode == "top_fraction"
 
     def _model(self):
-        return load_model(resolve_model(self.model), self.label)
+        return load_model(self._path, self.label)
 
     def score(self, text: str) -> float:
         return score_texts(self._model(), [text], self.label)[0]
@@ -250,8 +250,10 @@ class TrainClassifierConfig:
         for name in ("dim", "epoch", "word_ngrams", "min_count", "thread"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.bucket < 0 or self.lr <= 0 or self.seed < 0:
-            raise UsageError("--bucket and --seed must be >= 0 and --lr > 0")
+        if self.lr <= 0 or self.seed < 0:
+            raise UsageError(f"--lr must be > 0 and --seed >= 0, got {self.lr} and {self.seed}")
+        if self.bucket < 1 and self.word_ngrams > 1:  # fastText hashes n-grams modulo bucket
+            raise UsageError(f"--bucket must be >= 1 with --word-ngrams {self.word_ngrams}, got {self.bucket}")
         if not self.label or any(c.isspace() for c in self.label) or self.label == NEGATIVE_LABEL:
             raise UsageError(f"--label must be one word other than {NEGATIVE_LABEL!r}, got {self.label!r}")
 
@@ -301,12 +303,15 @@ def split_holdout(texts: list[str], share: float, rng: random.Random) -> tuple[l
     return [texts[i] for i in order[n_hold:]], [texts[i] for i in order[:n_hold]]
 
 
-# Training runs in a fresh interpreter. fastText's initializer writes only thread/10 of the input
-# matrix (DenseMatrix::uniform) and this build does not zero the rest, so the model starts from
-# whatever the memory held: fresh pages are zero, recycled heap is not. Measured in one process:
-# a second identical train_supervised call gave a different model or "Encountered NaN" about half
-# the time, while a fresh process gave byte-identical models every time. A fixed
-# MALLOC_MMAP_THRESHOLD_ makes glibc take every large block from the kernel, zeroed.
+# Training runs in a fresh interpreter whose allocations all come from fresh, zeroed pages.
+# fastText's initializer (DenseMatrix::uniform) writes only thread/10 of the input matrix, and this
+# build allocates the matrix with posix_memalign and never zeroes it, so the rest of it starts as
+# whatever the memory held. Measured: MALLOC_PERTURB_ changes the trained model; a second identical
+# train_supervised call in one process gave a different model or "Encountered NaN" about half the
+# time, and a fresh process still failed on a small model whose matrix reused freed heap. With
+# MALLOC_MMAP_THRESHOLD_=0 glibc serves every allocation from new mmap'd pages, which the kernel
+# zeroes: byte-identical models run after run, at the same speed, for at most ~250 MB more resident
+# memory (one page per small allocation, up to the kernel's map count).
 _TRAIN_SCRIPT = """
 import json, sys
 import fasttext
@@ -318,7 +323,8 @@ fasttext.train_supervised(input=a["input"], **a["params"]).save_model(a["output"
 def run_fasttext_training(train_file: Path, model_file: Path, params: dict) -> None:
     """Train in a child process (see above); raise StageFailed with fastText's own message."""
     arg = json.dumps({"input": str(train_file), "output": str(model_file), "params": params})
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_PERTURB_"}  # it would fill those pages
+    env["MALLOC_MMAP_THRESHOLD_"] = "0"
     proc = subprocess.run(
         [sys.executable, "-c", _TRAIN_SCRIPT, arg], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True
     )
