@@ -57,15 +57,17 @@ def is_symbol_word(w: str) -> bool:
     return True
 
 
-_PREFIX = frozenset("\"'([{“‘«¿¡$£€¥#*&<~`„‚§,（【「『《〈")
-_SUFFIX = frozenset(",;:!?)]}\"'”’»%“）】」』》〉™°")
+_PREFIX = frozenset("\"'([{“‘”’«»¿¡$£€¥#*&<~`„‚§,（【「『《〈")
+_SUFFIX = frozenset(",;:!?)]}\"'”’‘»%“）】」』》〉™°。！？")
 _INFIX = re.compile(
     r"(?<=[^\W_])(?:-|–|—|/|:|=|<|>)(?=[^\W\d_])"  # well-known, and/or between letters
     r"|(?<=[^\W\d_]),(?=[^\W\d_])"  # a,b
     r"|(?<=\d)[-+*^](?=[\d-])"  # 5-8, 2+2
-    r"|(?<=[a-z])\.(?=[A-Z])"  # end.Start
-    r"|\.\.\.|…"
+    r"|(?<=[a-z]\.)(?=[A-Z])"  # z.B. -> z. B. (the period stays on the left)
+    r"|\.{2,}|…"
 )
+_DOTS_START = re.compile(r"^\.{3,}(?=.)")
+_DOTS_END = re.compile(r"(?<=.)\.{2,}$")
 _URL = re.compile(r"^(?:https?://|www\.)\S+|^\S+\.(?:com|org|net|edu|gov|io|de|uk|fr)(?:/\S*)?$", re.I)
 _KEEP_PERIOD = re.compile(
     r"^[^\W\d_]\.$|^(?:[A-Z]\.)+$"  # z.  U.S.
@@ -113,12 +115,12 @@ def tokenize(text: str) -> list[str]:
             if chunk[0] in _PREFIX:
                 pre.append(chunk[0])
                 chunk = chunk[1:]
-            elif chunk.startswith("...") and len(chunk) > 3:
-                pre.append("...")
-                chunk = chunk[3:]
-            elif chunk.endswith("..."):
-                suf.append("...")
-                chunk = chunk[:-3]
+            elif m := _DOTS_START.match(chunk):
+                pre.append(m.group(0))
+                chunk = chunk[m.end() :]
+            elif m := _DOTS_END.search(chunk):
+                suf.append(m.group(0))
+                chunk = chunk[: m.start()]
             elif chunk[-1] in _SUFFIX:
                 suf.append(chunk[-1])
                 chunk = chunk[:-1]
@@ -138,7 +140,8 @@ def tokenize(text: str) -> list[str]:
             for m in _INFIX.finditer(chunk):
                 if m.start() > pos:
                     out.append(chunk[pos : m.start()])
-                out.append(m.group(0))
+                if m.group(0):  # zero-width splits add no token of their own
+                    out.append(m.group(0))
                 pos = m.end()
             if pos < len(chunk):
                 out.append(chunk[pos:])
