@@ -62,6 +62,7 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, no 
 Json = Annotated[bool, typer.Option("--json", help="Print a machine-readable summary (JSON) on stdout.")]
 Out = Annotated[str, typer.Option("--output", "-o", help="Output artifact directory, or '-' for an Arrow stream on stdout.")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace OUT if it exists instead of resuming into it.")]
+DocsIn = Annotated[list[str], typer.Argument(help="Docs inputs: artifacts, Parquet/JSONL files or dirs, globs, or '-'.")]
 
 
 def _flags(quiet: bool, json_: bool) -> tuple[bool, bool]:
@@ -171,7 +172,7 @@ def lineage(
 
 @app.command()
 def cat(
-    inputs: Annotated[list[str], typer.Argument(help="Docs inputs: artifacts, Parquet/JSONL files or dirs, globs, or '-'.")],
+    inputs: DocsIn,
     output: Out = ...,
     rows_per_part: Annotated[int, typer.Option(help="Rows per output Parquet part.")] = 1_000_000,
     overwrite: Overwrite = False,
@@ -325,7 +326,7 @@ def report_funnel(m, quiet: bool) -> None:
 
 @filter_app.command("run")
 def filter_run(
-    inputs: Annotated[list[str], typer.Argument(help="Docs inputs: artifacts, Parquet/JSONL files or dirs, globs, or '-'.")],
+    inputs: DocsIn,
     output: Out = ...,
     config: Config = None,
     annotate_only: Annotated[Optional[bool], typer.Option("--annotate-only", help="Drop nothing: write every step's statistics as stats.* columns and the would-be reason.")] = None,
@@ -404,7 +405,7 @@ def filter_stats(
 
 @app.command()
 def dedup(
-    inputs: Annotated[list[str], typer.Argument(help="Docs inputs: artifacts, Parquet/JSONL files or dirs, globs, or '-'.")],
+    inputs: DocsIn,
     output: Out = ...,
     config: Config = None,
     url: Annotated[Optional[bool], typer.Option("--url", help="Exact URL dedup after normalization (host case, port, fragment, tracking parameters).")] = None,

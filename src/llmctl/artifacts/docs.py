@@ -233,6 +233,17 @@ def _open_stdin_stream(stdin=None) -> pa.RecordBatchStreamReader:
         raise UsageError(f"stdin is not an Arrow IPC stream of docs ({str(e).splitlines()[0]})") from e
 
 
+def spool_stdin(tmpdir: str | os.PathLike, rows_per_part: int = 100_000) -> list[DocsSource]:
+    """A stream on stdin becomes Parquet parts in `tmpdir`, so a multi-process stage can shard
+    it like files (a pipe can only be read once, by one process)."""
+    inp = open_docs_inputs([STDIO])
+    sink = DocsSink(Path(tmpdir), inp.schema, rows_per_part=rows_per_part)
+    for b in inp.batches:
+        sink.write(b)
+    sink.close()
+    return [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
+
+
 # ---------------------------------------------------------------------------------------------
 # Writing
 

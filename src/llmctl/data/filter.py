@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmctl.artifacts.docs import STDIO, DocsSink, DocsSource, ShardWriter, open_docs_inputs, part_name, read_source, resolve_docs_inputs, source_schema
+from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, source_schema, spool_stdin
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.data.filters import STEPS, Doc, Step, all_stats, build_step, first_failure
 from llmctl.errors import UsageError
@@ -229,16 +229,6 @@ def filter_shard(task: Task, out: Path, report, cfg: FilterConfig, steps: list[S
 # The stage
 
 
-def _spool_stdin(tmpdir: str) -> list[DocsSource]:
-    """A stream on stdin becomes Parquet parts, so the work can be sharded like files."""
-    inp = open_docs_inputs([STDIO])
-    sink = DocsSink(Path(tmpdir), inp.schema, rows_per_part=100_000)
-    for b in inp.batches:
-        sink.write(b)
-    sink.close()
-    return [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
-
-
 def _texts_reaching(before: list[Step], labels: list[str], sources: list[DocsSource]):
     """The texts that get through `before`, as they arrive (DCLM took its top fraction after the
     heuristic filters, not of the raw crawl)."""
@@ -260,7 +250,7 @@ def run_filter(inputs: list[str], out: str, cfg: FilterConfig, opts: RunOptions 
     opts = opts or RunOptions()
     steps = build_steps(cfg)
     with tempfile.TemporaryDirectory(prefix="llmctl-filter-in-") as spool:
-        sources = _spool_stdin(spool) if inputs == [STDIO] else resolve_docs_inputs(inputs)
+        sources = spool_stdin(spool) if inputs == [STDIO] else resolve_docs_inputs(inputs)
         labels = step_labels(cfg.steps)
         for k, step in enumerate(steps):
             if step.needs_prepare:  # corpus-wide figures (a top-fraction threshold) before any shard

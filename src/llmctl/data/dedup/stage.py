@@ -10,7 +10,8 @@ phases, each persisted under OUT/_work/ and resumable:
              becomes edges to its first document -> _work/pairs/FAMILY-P.npy. Memory is one
              partition: more `partitions` = less memory.
 3. clusters  union-find over all edges, one survivor per cluster by the survivor rule, which
-             method removed each document, frequent lines -> _work/clusters.npz
+             method removed each document -> _work/clusters/NNNNN.npz per input file; frequent
+             lines and the size histogram -> _work/clusters.npz
 4. filter    one task per input file, through the usual sharded driver: kept rows get
              dup_cluster_id (the survivor's id) and dup_cluster_size; removed rows go to rejected/
              with dup_of.
@@ -34,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmctl.artifacts.docs import STDIO, DocsSink, DocsSource, ShardWriter, open_docs_inputs, part_name, read_source, resolve_docs_inputs, source_schema
+from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, source_schema, spool_stdin
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, s_curve, threshold
@@ -216,10 +217,14 @@ class _Pairs:
 # Phase 3: clusters
 
 
-def build_clusters(cfg: DedupConfig, work: Path, n_shards: int, pair_tasks: list[Task]) -> None:
+def build_clusters(cfg: DedupConfig, work: Path, counts: list[int], pair_tasks: list[Task]) -> None:
+    """Union-find over every edge; then one slice per input file (what its filter task needs)
+    under _work/clusters/, and _work/clusters.npz (frequent lines, size histogram) last, which
+    marks the phase done."""
     path = work / "clusters.npz"
     if path.exists():
         return
+    n_shards = len(counts)
     ids, ranks, chars = [], [], []
     for i in range(n_shards):
         with np.load(work / "sign" / f"{i:05d}.npz") as z:
@@ -245,7 +250,15 @@ def build_clusters(cfg: DedupConfig, work: Path, n_shards: int, pair_tasks: list
     frequent = np.zeros(0, np.uint64)
     if cfg.lines:
         frequent = frequent_lines(work, n_shards, cfg)
-    _save_npz(path, survivor=survivor, size=size, removed_by=removed_by, survivor_ids=ids_all[survivor] if n else ids_all, frequent=frequent)
+    (work / "clusters").mkdir(exist_ok=True)
+    survivor_ids = ids_all[survivor] if n else ids_all
+    start = 0
+    for i, c in enumerate(counts):
+        sl = slice(start, start + c)
+        _save_npz(work / "clusters" / f"{i:05d}.npz", size=size[sl], removed_by=removed_by[sl], survivor_ids=survivor_ids[sl])
+        start += c
+    hist = size_histogram(size, survivor) if n else {}
+    _save_npz(path, frequent=frequent, hist_names=np.array(list(hist), dtype=str), hist_counts=np.array(list(hist.values()), dtype=np.int64))
 
 
 def frequent_lines(work: Path, n_shards: int, cfg: DedupConfig) -> np.ndarray:
@@ -277,9 +290,11 @@ class _Filter:
 
 
 def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
-    source, first, work = DocsSource(**task.payload["source"]), task.payload["first"], Path(task.payload["work"])
+    source, work = DocsSource(**task.payload["source"]), Path(task.payload["work"])
+    with np.load(work / "clusters" / f"{task.index:05d}.npz") as z:  # this file's documents only
+        size, removed_by, survivor_ids = z["size"], z["removed_by"], z["survivor_ids"]
     with np.load(work / "clusters.npz") as z:
-        survivor, size, removed_by, survivor_ids, frequent = z["survivor"], z["size"], z["removed_by"], z["survivor_ids"], z["frequent"]
+        frequent = z["frequent"]
     schema = source_schema(source)
     for name, typ in (("dup_cluster_id", pa.string()), ("dup_cluster_size", pa.int64())):
         if name not in schema.names:
@@ -294,7 +309,7 @@ def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
         outputs.append(f"rejected/{task.name}.parquet")
         rej = ShardWriter(out / outputs[1], rej_schema)
     with ShardWriter(out / outputs[0], schema) as w:
-        i = first
+        i = 0
         for batch in read_source(source):
             kept, dropped = [], []
             for row in batch.to_pylist():
@@ -341,15 +356,6 @@ def _is_frequent(h: int, frequent: np.ndarray) -> bool:
 # The stage
 
 
-def _spool_stdin(tmpdir: str) -> list[DocsSource]:
-    inp = open_docs_inputs([STDIO])
-    sink = DocsSink(Path(tmpdir), inp.schema, rows_per_part=100_000)
-    for b in inp.batches:
-        sink.write(b)
-    sink.close()
-    return [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
-
-
 def _row_count(s: DocsSource) -> int:
     if s.fmt == "parquet":
         return pq.ParquetFile(s.path).metadata.num_rows
@@ -364,7 +370,7 @@ def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | 
     config = asdict(cfg)
     streaming = out == STDIO
     with tempfile.TemporaryDirectory(prefix="llmctl-dedup-") as tmp:
-        sources = _spool_stdin(tmp) if inputs == [STDIO] else resolve_docs_inputs(inputs)
+        sources = spool_stdin(tmp) if inputs == [STDIO] else resolve_docs_inputs(inputs)
         counts = [_row_count(s) for s in sources]
         firsts = [int(x) for x in np.concatenate(([0], np.cumsum(counts)[:-1]))] if counts else []
         work = Path(tmp) / "_work" if streaming else Path(out) / "_work"
@@ -389,7 +395,7 @@ def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | 
         _phase(run_tasks(_Pairs(cfg, work, len(sources), firsts), pair_tasks, workers=opts.workers, progress=progress), "pairs")
         progress.finish()
 
-        build_clusters(cfg, work, len(sources), pair_tasks)
+        build_clusters(cfg, work, counts, pair_tasks)
 
         filter_tasks = [Task(i, part_name(i, ""), {"source": asdict(s), "first": firsts[i], "work": str(work)}, weight=counts[i]) for i, s in enumerate(sources)]
         manifest = run_sharded(
@@ -425,6 +431,5 @@ def _report(cfg: DedupConfig, work: Path, counts: list[int]) -> dict:
     if cfg.minhash:
         rep["s_curve"] = {"bands": cfg.bands, "rows": cfg.rows, "threshold": round(threshold(cfg.bands, cfg.rows), 4), "p_flag": {str(j): round(float(s_curve(j, cfg.bands, cfg.rows)), 4) for j in S_CURVE_J}}
     with np.load(work / "clusters.npz") as z:
-        survivor, size = z["survivor"], z["size"]
-    rep["clusters"] = size_histogram(size, survivor) if len(size) else {}
+        rep["clusters"] = {str(k): int(v) for k, v in zip(z["hist_names"], z["hist_counts"])}
     return rep
