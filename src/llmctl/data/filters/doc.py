@@ -17,6 +17,7 @@ Japanese, Thai) give one word per whitespace-separated run, as spaCy's English t
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
 from functools import cached_property
 
@@ -31,8 +32,9 @@ _LINES = re.compile(r"\n+")
 
 
 def is_punct_char(c: str) -> bool:
-    cat = unicodedata.category(c)
-    return cat[0] in "PS" or cat in ("Cc", "Zs")
+    """ASCII punctuation, Unicode punctuation (P*) and control characters; not symbols such as
+    €, ©, ° or emoji, which datatrove's punctuation set also leaves out (they count as words)."""
+    return c in string.punctuation or unicodedata.category(c)[0] == "P" or unicodedata.category(c) in ("Cc", "Zs")
 
 
 _PUNCT_CACHE: dict[str, bool] = {}
@@ -47,7 +49,7 @@ def is_terminal(c: str) -> bool:
 
 
 def is_symbol_word(w: str) -> bool:
-    """True when every character is punctuation or a symbol ('...', '#', '--')."""
+    """True when every character is punctuation ('...', '#', '--')."""
     for c in w:
         p = _PUNCT_CACHE.get(c)
         if p is None:
@@ -58,7 +60,7 @@ def is_symbol_word(w: str) -> bool:
 
 
 _PREFIX = frozenset("\"'([{“‘”’«»¿¡$£€¥#*&<~`„‚§,（【「『《〈")
-_SUFFIX = frozenset(",;:!?)]}\"'”’‘»%“）】」』》〉™°。！？")
+_SUFFIX = frozenset(",;:!?)]}\"'”’‘»%“）】」』》〉™°。！？।")
 _INFIX = re.compile(
     r"(?<=[^\W_])(?:-|–|—|/|:|=|<|>)(?=[^\W\d_])"  # well-known, and/or between letters
     r"|(?<=[^\W\d_]),(?=[^\W\d_])"  # a,b
@@ -66,8 +68,9 @@ _INFIX = re.compile(
     r"|(?<=[a-z]\.)(?=[A-Z])"  # z.B. -> z. B. (the period stays on the left)
     r"|\.{2,}|…"
 )
-_DOTS_START = re.compile(r"^\.{3,}(?=.)")
-_DOTS_END = re.compile(r"(?<=.)\.{2,}$")
+_ONLY_DOTS = re.compile(r"^\.+$")
+_DOTS_START = re.compile(r"^\.{3,}(?=[^.])")
+_DOTS_END = re.compile(r"(?<=[^.])\.{2,}$")
 _URL = re.compile(r"^(?:https?://|www\.)\S+|^\S+\.(?:com|org|net|edu|gov|io|de|uk|fr)(?:/\S*)?$", re.I)
 _KEEP_PERIOD = re.compile(
     r"^[^\W\d_]\.$|^(?:[A-Z]\.)+$"  # z.  U.S.
@@ -90,7 +93,8 @@ def _split_period(chunk: str) -> bool:
     if _KEEP_PERIOD.match(chunk):
         return False
     c = chunk[-2]
-    return c.islower() or c.isdigit() or not c.isalnum() or (len(chunk) > 2 and c.isupper() and chunk[-3].isupper())
+    # lower-case and caseless letters (Arabic, Hebrew, Bengali ...) alike
+    return (c.isalpha() and not c.isupper()) or c.isdigit() or not c.isalnum() or (len(chunk) > 2 and c.isupper() and chunk[-3].isupper())
 
 
 def tokenize(text: str) -> list[str]:
@@ -101,6 +105,8 @@ def tokenize(text: str) -> list[str]:
         suf: list[str] = []
         url = False
         while len(chunk) > 1:
+            if _ONLY_DOTS.match(chunk):  # "..." or "...." stands alone as one token
+                break
             if _URL.match(chunk):
                 url = True
                 while chunk and chunk[-1] in ".,;:!?)\"'":
@@ -189,14 +195,14 @@ class Doc:
 
 def sentence_count(words: list[str]) -> int:
     """Sentences in a run of words, as spaCy's sentencizer counts them: a new sentence starts at
-    a non-punctuation word that follows sentence-final punctuation."""
+    any word that is not all punctuation (symbols and emoji do start one) after a sentence end."""
     if not words:
         return 0
     n, seen_end = 1, False
     for w in words:
         if len(w) == 1 and is_terminal(w):
             seen_end = True
-        elif seen_end and not is_symbol_word(w):
+        elif seen_end and not all(unicodedata.category(c)[0] == "P" for c in w):  # spaCy's is_punct
             n += 1
             seen_end = False
     return n
