@@ -66,6 +66,7 @@ _INFIX = re.compile(
     r"|(?<=[^\W\d_]),(?=[^\W\d_])"  # a,b
     r"|(?<=\d)[-+*^](?=[\d-])"  # 5-8, 2+2
     r"|(?<=[a-z]\.)(?=[A-Z])"  # z.B. -> z. B. (the period stays on the left)
+    r"|(?<=[<>=])(?=[<>=])"  # >>> and => come apart, one character each
     r"|\.{2,}|…"
 )
 _ONLY_DOTS = re.compile(r"^\.+$")
