@@ -126,12 +126,15 @@ def _normalize(batch: pa.RecordBatch, source: DocsSource, first_row: int) -> pa.
     return pa.RecordBatch.from_arrays([cols[n] for n in order], names=order)
 
 
-def read_source(source: DocsSource, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """Yield normalized record batches of one source file."""
+def read_source(source: DocsSource, batch_rows: int = BATCH_ROWS, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """Yield normalized record batches of one source file. `columns` (Parquet only) reads just
+    those columns plus `id` and `text`, for stages that need nothing else."""
     row = 0
     try:
         if source.fmt == "parquet":
-            batches = pq.ParquetFile(source.path).iter_batches(batch_size=batch_rows)
+            pf = pq.ParquetFile(source.path)
+            cols = None if columns is None else [c for c in pf.schema_arrow.names if c in {"id", "text", *columns}]
+            batches = pf.iter_batches(batch_size=batch_rows, columns=cols)
         else:
             batches = _jsonl_batches(source.path)
         for batch in batches:

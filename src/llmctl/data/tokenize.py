@@ -42,8 +42,7 @@ def train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig, 
     if out == STDIO:
         raise UsageError("a tokenizer is written to a directory, not to '-'")
     prepare_plain_out(out, cfg.overwrite)
-    docs = open_docs_inputs(inputs)
-    texts = [t for b in docs.batches for t in b.column("text").to_pylist()]
+    texts = [t for s in resolve_docs_inputs(inputs) for b in read_source(s, columns=[]) for t in b.column("text").to_pylist()]
     if not any(texts):
         raise UsageError("no text to train a tokenizer on")
     sample = bpe.sample_texts(texts, cfg.max_chars, cfg.seed)
@@ -103,11 +102,11 @@ class _Encode:
 
     def __call__(self, task: Task, out: Path, report) -> dict:
         cfg = self.cfg
-        enc = bpe.Encoder(self.tokenizer_path, threads=self.threads)
+        enc = bpe.encoder(self.tokenizer_path, threads=self.threads)
         dtype = token_dtype(enc.info.vocab_size)
         docs: list[list[int]] = []
         n_bytes = skipped = 0
-        for batch in read_source(DocsSource(**task.payload)):
+        for batch in read_source(DocsSource(**task.payload), columns=[]):
             texts = batch.column("text")
             if cfg.split:
                 keep = [(cfg.split == "val") == in_val(i, cfg.val_fraction, cfg.seed) for i in batch.column("id").to_pylist()]

@@ -194,6 +194,12 @@ def ordinary(tok):
     return Tokenizer.from_str(json.dumps(data))
 
 
+@lru_cache(maxsize=4)
+def encoder(path: str, threads: int = 1) -> "Encoder":
+    """One Encoder per tokenizer and process (tasks of a worker reuse it)."""
+    return Encoder(path, threads)
+
+
 class Encoder:
     """encode_batch(texts) -> list of id lists; ordinary text only (specials never injected)."""
 
