@@ -1,6 +1,6 @@
 """MinHash signatures and LSH band keys, vectorized with numpy (spec 001-data-eval §A5).
 
-Shingles are word n-grams (default 5) of the normalized text. Each distinct word is hashed once
+Shingles are word n-grams (default 5) of the normalized words (normalize.normalized_words). Each distinct word is hashed once
 (blake2b, 64 bits; cached per process); an n-gram's hash mixes its words' hashes, so a document
 costs one numpy pass instead of a Python loop over shingles. The K = bands x rows hash functions
 are h_i(x) = a_i * x + b_i (mod 2^64) with odd a_i from a fixed seed; a document's signature is
@@ -55,9 +55,8 @@ class Shingler:
             cache.clear()
         return out
 
-    def shingles(self, normalized: str) -> np.ndarray:
+    def shingles(self, words: list[str]) -> np.ndarray:
         """Distinct 64-bit hashes of the word n-grams; a text shorter than n words is one shingle."""
-        words = normalized.split()
         if not words:
             return np.empty(0, dtype=np.uint64)
         w = self.word_hashes(words)

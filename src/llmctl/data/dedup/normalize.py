@@ -5,25 +5,29 @@ from __future__ import annotations
 
 import re
 import unicodedata
+
+import regex
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+_MARKS = regex.compile(r"\p{Mn}+")  # combining marks: the accents NFKD splits off
 _PUNCT = re.compile(r"[^\w\s]|_")
 _DIGITS = re.compile(r"\d")
-_SPACE = re.compile(r"\s+")
 # query parameters that say where a click came from, not which page it is
 TRACKING = re.compile(r"^(utm_\w+|fbclid|gclid|dclid|msclkid|mc_cid|mc_eid|yclid|igshid|_hsenc|_hsmi|ref|ref_src|spm)$", re.I)
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def normalize_text(text: str) -> str:
-    """Lowercase, accents and punctuation stripped, digits folded to 0, whitespace folded."""
+def normalized_words(text: str) -> list[str]:
+    """The words of the text lowercased, accents and punctuation stripped, digits folded to 0."""
     text = text.lower()
     if not text.isascii():  # accents only exist outside ASCII; skip the slow path for the rest
-        text = unicodedata.normalize("NFKD", text)
-        text = "".join(c for c in text if not unicodedata.combining(c))
-    text = _PUNCT.sub(" ", text)
-    text = _DIGITS.sub("0", text)
-    return _SPACE.sub(" ", text).strip()
+        text = _MARKS.sub("", unicodedata.normalize("NFKD", text))
+    return _DIGITS.sub("0", _PUNCT.sub(" ", text)).split()
+
+
+def normalize_text(text: str) -> str:
+    """The normalized words joined by single spaces."""
+    return " ".join(normalized_words(text))
 
 
 def normalize_url(url: str) -> str:

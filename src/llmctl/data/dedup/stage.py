@@ -39,7 +39,7 @@ from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, rea
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, s_curve, threshold
-from llmctl.data.dedup.normalize import normalize_text, normalize_url
+from llmctl.data.dedup.normalize import normalize_url, normalized_words
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, run_tasks
 from llmctl.runtime.progress import Progress
@@ -132,11 +132,11 @@ class _Sign:
                     url = row.get("url")
                     # a document without a URL never matches another by URL
                     url_keys.append(_h64(normalize_url(url)) if url else _h64(f"\0no-url\0{first + len(ids)}"))
-                norm = normalize_text(text) if (cfg.exact or cfg.minhash) else ""
+                words = normalized_words(text) if (cfg.exact or cfg.minhash) else []
                 if cfg.exact:
-                    exact_keys.append(_h64(norm))
+                    exact_keys.append(_h64(" ".join(words)))
                 if cfg.minhash:
-                    shingle_sets.append(shingler.shingles(norm))
+                    shingle_sets.append(shingler.shingles(words))
                 if cfg.lines:
                     keys = [_h64(ln.strip()) for ln in text.split("\n") if ln.strip()]
                     line_keys.extend(keys)
