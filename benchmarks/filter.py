@@ -24,10 +24,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# `python benchmarks/filter.py` puts benchmarks/ first on sys.path, where benchmarks/tokenize.py
-# would shadow the standard library's tokenize (which dill, imported by datatrove, needs).
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
 import argparse
 import datetime
 import difflib

@@ -196,3 +196,14 @@ def test_cli_dedup_and_plots(example_dedup, tmp_path):
     assert (tmp_path / "plots" / "s_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = llmctl("dedup", base / "docs", "-o", tmp_path / "x")
     assert bad.returncode == 2 and "at least one of" in bad.stderr.decode()
+
+
+def test_removal_reason_is_the_cheapest_method_linking_to_the_survivor(tmp_path):
+    a = article(5, 300)
+    words = a.split()
+    words[100] = "changed"
+    b = " ".join(words)
+    src = write(tmp_path, [{"id": "A", "text": a}, {"id": "B", "text": b}, {"id": "C", "text": b}])
+    run_dedup([src], str(tmp_path / "o"), DedupConfig(minhash=True, exact=True, keep_rejected=True), RunOptions(workers=1))
+    reasons = {r["id"]: (r["reason"], r["dup_of"]) for r in read(tmp_path / "o", "rejected")}
+    assert reasons == {"B": ("dedup.minhash", "A"), "C": ("dedup.minhash", "A")}

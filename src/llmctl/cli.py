@@ -420,6 +420,7 @@ def dedup(
     partitions: Annotated[Optional[int], typer.Option("--partitions", min=1, help="Split each key family into this many hash partitions (less memory per task).")] = None,
     keep_rejected: Annotated[Optional[bool], typer.Option("--keep-rejected", help="Write removed rows to OUT/rejected/ with reason and dup_of (the survivor's id).")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write the S-curve and cluster-size PNGs into this directory.")] = None,
+    keep_work: Annotated[Optional[bool], typer.Option("--keep-work", help="Keep OUT/_work (signatures, pairs, clusters) after success.")] = None,
     workers: Workers = None,
     overwrite: Overwrite = False,
     strict: Strict = False,
@@ -436,7 +437,7 @@ def dedup(
         DedupConfig,
         STAGE,
         config,
-        {"url": url, "exact": exact, "lines": lines, "minhash": minhash, "ngram": ngram, "bands": bands, "rows": rows, "max_line_count": max_line_count, "keep": keep, "partitions": partitions, "keep_rejected": keep_rejected},
+        {"url": url, "exact": exact, "lines": lines, "minhash": minhash, "ngram": ngram, "bands": bands, "rows": rows, "max_line_count": max_line_count, "keep": keep, "partitions": partitions, "keep_rejected": keep_rejected, "keep_work": keep_work},
     )
     m = run_dedup(inputs, output, cfg, _run_options(workers, 0, 1, overwrite, strict), ConsoleProgress(quiet))
     report(m, output, quiet, as_json, hide=("s_curve", "clusters"), rate_key="in")

@@ -64,7 +64,7 @@ class DedupConfig:
     keep: str = "first"  # survivor rule: first | earliest (by `date`) | max:COLUMN
     partitions: int = 1
     keep_rejected: bool = False
-    keep_work: bool = False
+    keep_work: bool = False  # keep OUT/_work after success (to inspect or time the phases)
 
     def check(self) -> None:
         if not (self.url or self.exact or self.lines or self.minhash):
@@ -241,12 +241,16 @@ def build_clusters(cfg: DedupConfig, work: Path, counts: list[int], pair_tasks: 
     labels = components(n, np.concatenate(list(method_edges.values())))
     survivor = survivors(labels, rank) if n else np.zeros(0, np.int64)
     size = sizes(labels) if n else np.zeros(0, np.int64)
+    # A removal's reason: the cheapest methods that already connect it to its survivor (edges of
+    # METHODS[:k+1]); a chain that needs MinHash counts as MinHash.
     removed_by = np.zeros(n, dtype=np.int8)  # 0 kept, else 1 + index in METHODS
-    for k, m in reversed(list(enumerate(METHODS))):  # first method that explains a removal wins
-        if len(method_edges[m]):
-            in_dup = sizes(components(n, method_edges[m])) > 1
-            removed_by[in_dup] = k + 1
-    removed_by[survivor == np.arange(n)] = 0
+    pending = survivor != np.arange(n)
+    for k in range(len(METHODS)):
+        cheap = [method_edges[m] for m in METHODS[: k + 1]]
+        comp = components(n, np.concatenate(cheap))
+        done = pending & (comp == comp[survivor])
+        removed_by[done] = k + 1
+        pending &= ~done
     frequent = np.zeros(0, np.uint64)
     if cfg.lines:
         frequent = frequent_lines(work, n_shards, cfg)

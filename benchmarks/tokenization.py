@@ -1,7 +1,7 @@
 """tokenize side by side with Hugging Face tokenizers, tiktoken and datatrove (DESIGN §7, issue 6).
 
     make bench-setup
-    .venv-bench/bin/python benchmarks/tokenize.py [--docs DIR] [--repeat N]
+    .venv-bench/bin/python benchmarks/tokenization.py [--docs DIR] [--repeat N]
 
 One run, the same inputs, the same cores, interleaved repeats, median wall times:
 
@@ -29,11 +29,6 @@ from __future__ import annotations
 import os
 import sys
 
-# This file is called tokenize.py: with its folder first on sys.path it would shadow the standard
-# library's `tokenize` (which linecache, traceback, inspect and logging import). Drop that entry
-# before anything else is imported, here and in every child started from this file.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
@@ -522,7 +517,7 @@ def main() -> None:
     check_md = "\n".join(["| check | result |", "|---|---|"] + [f"| {k} | {v} |" for k, v in checks])
 
     v = versions()
-    cmd = " ".join([".venv-bench/bin/python", "benchmarks/tokenize.py"] + [a for a in sys.argv[1:]])
+    cmd = " ".join([".venv-bench/bin/python", "benchmarks/tokenization.py"] + [a for a in sys.argv[1:]])
     section = f"""## tokenize
 
 `{cmd}` — {datetime.date.today()}, `nproc` = {len(os.sched_getaffinity(0))} ({cpu_name()}),
