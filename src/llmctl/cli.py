@@ -258,10 +258,11 @@ def crawl_extract(
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """Turn Common Crawl WARC files into documents: select HTML 200 responses, filter URLs,
-    extract the main text with trafilatura, identify the language with fastText lid.176.
+    """Turn Common Crawl WARC files into documents (trafilatura text, lid.176 language).
 
-    Every skipped record is counted by reason in the manifest and the summary."""
+    Selects HTML 200 responses, filters URLs, extracts the main text with trafilatura and
+    identifies the language with fastText lid.176. Every skipped record is counted by reason in
+    the manifest and the summary."""
     from llmctl.config import build_config
     from llmctl.data.extract import STAGE, ExtractConfig, run_crawl_extract
 
@@ -370,8 +371,9 @@ def filter_train_classifier(
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """Train a fastText quality classifier the DCLM way (positives: a reference set; negatives:
-    random crawl) and report held-out precision and recall."""
+    """Train a fastText quality classifier the DCLM way, with held-out precision and recall.
+
+    Positives: a high-quality reference set; negatives: random crawl."""
     from llmctl.data.filters.classifier import TrainClassifierConfig, train_classifier
 
     quiet, as_json = _flags(quiet, json_)
@@ -427,8 +429,9 @@ def dedup(
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """Remove duplicates: URL, exact text, frequent lines, MinHash near-duplicates; kept rows get
-    dup_cluster_id and dup_cluster_size."""
+    """Remove duplicates: URL, exact text, frequent lines, MinHash near-duplicates.
+
+    Kept rows get dup_cluster_id (the survivor's id) and dup_cluster_size."""
     from llmctl.config import build_config
     from llmctl.data.dedup.stage import STAGE, DedupConfig, run_dedup
 
