@@ -33,7 +33,6 @@ import glob
 import hashlib
 import json
 import math
-import platform
 import random
 import re
 import shutil
@@ -44,11 +43,12 @@ import threading
 import time
 from pathlib import Path
 
+from common import cpu_name, pct, write_results  # noqa: E402  (benchmarks/common.py)
+
 REPO = Path(__file__).resolve().parent.parent
 WARC = REPO.parent / "shared" / "data" / "web" / "pages-a.warc.gz"
 LLMCTL = REPO / ".venv" / "bin" / "llmctl"  # the product's own venv, as a user runs it
 CACHE = REPO / ".venv-bench" / "share" / "dedup-corpus"
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
 WORKERS = (1, 2)
 BANDS, ROWS, NGRAM = 14, 8, 5  # FineWeb's banding; the same on all three sides
 J_VALUES = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
@@ -594,9 +594,6 @@ def accuracy(truth: dict, removed: dict) -> dict:
             "false": false, "unplanted": truth["docs"] - len(planted), "removed": len(removed)}  # fmt: skip
 
 
-def pct(n: int, d: int, digits: int = 1) -> str:
-    return f"{100 * n / d:.{digits}f}% ({n}/{d})" if d else "n/a"
-
 
 # ---------------------------------------------------------------------------------------------
 # report
@@ -717,12 +714,6 @@ def phases_table(fig: dict) -> str:
     return "\n".join(lines)
 
 
-def cpu_name() -> str:
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
-
 
 def versions() -> str:
     from importlib.metadata import version
@@ -730,16 +721,6 @@ def versions() -> str:
     llm = subprocess.run([str(LLMCTL), "--version"], capture_output=True, text=True).stdout.strip() or "llmctl ?"
     return f"{llm}, datatrove {version('datatrove')} (xxhash {version('xxhash')}), datasketch {version('datasketch')}"
 
-
-def write_results(section: str) -> None:
-    """Replace (or append) the ## dedup section of RESULTS.md, keeping the others as they are. The
-    file is read right before it is written: other scripts rewrite their own sections."""
-    head = "# Benchmark results\n\nLatest figures of the scripts in this folder; see README.md for what they measure.\n"
-    parts = (RESULTS.read_text() if RESULTS.exists() else head).split("\n## ")
-    new = section.removeprefix("## ").rstrip("\n") + "\n"
-    i = next((i for i, p in enumerate(parts[1:], 1) if p.split("\n", 1)[0].strip() == "dedup"), None)
-    parts = parts[:i] + [new] + parts[i + 1 :] if i else parts + [new]
-    RESULTS.write_text("\n## ".join(p.rstrip("\n") + "\n" for p in parts))
 
 
 def main() -> None:
@@ -846,7 +827,7 @@ flagged when one of the two was removed. llmctl with 1 and 2 workers removed {'t
 """
     print(section)
     if not args.no_write:
-        write_results(section)
+        write_results("dedup", section)
 
 
 if __name__ == "__main__":

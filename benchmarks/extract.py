@@ -20,7 +20,6 @@ import difflib
 import glob
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -30,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import cpu_name, pct, write_results  # noqa: E402  (benchmarks/common.py)
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_WARC = REPO.parent / "shared" / "data" / "web" / "pages-a.warc.gz"
 LLMCTL = REPO / ".venv" / "bin" / "llmctl"  # the product's own venv, as a user runs it
@@ -38,7 +39,6 @@ LID_FTZ = REPO / ".venv" / "share" / "llmctl" / "lid.176.ftz"  # put there by `m
 # that cache (HF_ASSETS_CACHE) at a folder of the bench venv and put lid.176 there ourselves: the run
 # needs no network, and the user's own ~/.cache never gets a .ftz posing as datatrove's lid.176.bin.
 DT_ASSETS = REPO / ".venv-bench" / "share" / "datatrove-assets"
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
 WORKERS = (1, 2)
 TRAFILATURA_OPTS = dict(favor_precision=True, include_comments=False)  # + deduplicate, see reference_texts
 
@@ -227,9 +227,6 @@ def mojibake(text: str) -> bool:
     return False
 
 
-def pct(n: int, d: int) -> str:
-    return f"{100 * n / d:.1f}% ({n}/{d})" if d else "n/a"
-
 
 def short_diff(a: str, b: str, width: int = 100, before: int = 30) -> str:
     """The first differing region of two texts (with a little context before it), for the report."""
@@ -285,12 +282,6 @@ def agreement(llm: list[dict], llm2: list[dict], dt: list[dict]) -> tuple[dict, 
 # report
 
 
-def cpu_name() -> str:
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
-
 
 def versions() -> dict:
     from importlib.metadata import version
@@ -307,15 +298,6 @@ def table(times: dict, docs: dict, dt_tasks: dict) -> str:
         lines.append(f"| {w} | {dt:.1f} | {lm:.1f} | **{lm / dt:.2f}×** | {dt_tasks[w]} |")
     return "\n".join(lines)
 
-
-def write_results(section: str) -> None:
-    """Replace (or append) the ## crawl-extract section of RESULTS.md, keeping the others in place."""
-    head = "# Benchmark results\n\nLatest figures of the scripts in this folder; see README.md for what they measure.\n"
-    parts = (RESULTS.read_text() if RESULTS.exists() else head).split("\n## ")
-    new = section.removeprefix("## ").rstrip("\n") + "\n"
-    i = next((i for i, p in enumerate(parts[1:], 1) if p.startswith("crawl-extract")), None)
-    parts = parts[:i] + [new] + parts[i + 1 :] if i else parts + [new]
-    RESULTS.write_text("\n## ".join(p.rstrip("\n") + "\n" for p in parts))
 
 
 def main() -> None:
@@ -358,7 +340,7 @@ datatrove {v['datatrove']}, trafilatura {v['trafilatura']}, {v['llmctl']}.
     if examples:
         section += "\nDisagreements (first few; `-` reference, `+` llmctl):\n\n```\n" + "\n\n".join(examples) + "\n```\n"
     print(section)
-    write_results(section)
+    write_results("crawl-extract", section)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ import gzip
 import json
 import math
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -40,10 +39,11 @@ import subprocess
 import tempfile
 import time
 
+from common import cpu_name, pct, write_results  # noqa: E402  (benchmarks/common.py)
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_WARC = REPO.parent / "shared" / "data" / "web" / "pages-a.warc.gz"
 LLMCTL = REPO / ".venv" / "bin" / "llmctl"  # the product's own venv, as a user runs it
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
 WORKERS = (1, 2)
 STEPS = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
 
@@ -445,9 +445,6 @@ class LlmctlStats:
 # agreement
 
 
-def pct(n: int, d: int) -> str:
-    return f"{100 * n / d:.1f}% ({n}/{d})" if d else "n/a"
-
 
 def decision(r: dict | None) -> str:
     if r is None:
@@ -705,12 +702,6 @@ def disagreement_md(disagreements) -> str:
 # report
 
 
-def cpu_name() -> str:
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
-
 
 def versions() -> dict:
     from importlib.metadata import version
@@ -730,15 +721,6 @@ def table(times: dict, docs: int, dt_tasks: dict) -> str:
             lines.append(f"| {w} | {dt:.1f} | - | - | {dt_tasks[w]} |")
     return "\n".join(lines)
 
-
-def write_results(section: str) -> None:
-    """Replace (or append) the ## filter section of RESULTS.md, keeping the others in place."""
-    head = "# Benchmark results\n\nLatest figures of the scripts in this folder; see README.md for what they measure.\n"
-    parts = (RESULTS.read_text() if RESULTS.exists() else head).split("\n## ")
-    new = section.removeprefix("## ").rstrip("\n") + "\n"
-    i = next((i for i, p in enumerate(parts[1:], 1) if p.split("\n", 1)[0].strip() == "filter"), None)
-    parts = parts[:i] + [new] + parts[i + 1 :] if i else parts + [new]
-    RESULTS.write_text("\n## ".join(p.rstrip("\n") + "\n" for p in parts))
 
 
 def main() -> None:
@@ -814,7 +796,7 @@ with
     section += disagreement_md(disagreements) if disagreements else "No disagreements.\n"
     print(section)
     if not args.no_write:
-        write_results(section)
+        write_results("filter", section)
 
 
 if __name__ == "__main__":

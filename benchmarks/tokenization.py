@@ -35,7 +35,6 @@ import datetime  # noqa: E402
 import glob  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import random  # noqa: E402
 import resource  # noqa: E402
 import shutil  # noqa: E402
@@ -45,11 +44,12 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from common import cpu_name, write_results  # noqa: E402  (benchmarks/common.py)
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_WARC = REPO.parent / "shared" / "data" / "web" / "pages-a.warc.gz"
 LLMCTL = REPO / ".venv" / "bin" / "llmctl"  # the product's own venv, as a user runs it
 LLMCTL_PY = REPO / ".venv" / "bin" / "python"
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
 
 VOCAB = 8192
 COPIES = 25  # synthetic corpus: every pages-a text this many times
@@ -366,12 +366,6 @@ def measure_encode(corpus: str, tokenizer: str, repeat: int, tmp: str) -> tuple[
 # report
 
 
-def cpu_name() -> str:
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
-
 
 def versions() -> dict:
     from importlib.metadata import version
@@ -393,16 +387,6 @@ def versions() -> dict:
 def yes(ok: bool) -> str:
     return "yes" if ok else "**NO**"
 
-
-def write_results(section: str) -> None:
-    """Replace (or append) the ## tokenize section of RESULTS.md, keeping the others in place.
-    Re-reads the file right before writing: other scripts rewrite their own sections."""
-    head = "# Benchmark results\n\nLatest figures of the scripts in this folder; see README.md for what they measure.\n"
-    parts = (RESULTS.read_text() if RESULTS.exists() else head).split("\n## ")
-    new = section.removeprefix("## ").rstrip("\n") + "\n"
-    i = next((i for i, p in enumerate(parts[1:], 1) if p.split("\n", 1)[0].strip() == "tokenize"), None)
-    parts = parts[:i] + [new] + parts[i + 1 :] if i else parts + [new]
-    RESULTS.write_text("\n## ".join(p.rstrip("\n") + "\n" for p in parts))
 
 
 def main() -> None:
@@ -554,7 +538,7 @@ the CPU ratio much less (the "cores used" row says how much of the two cores eac
 """
     print(section)
     if not args.no_write:
-        write_results(section)
+        write_results("tokenize", section)
 
 
 if __name__ == "__main__":
