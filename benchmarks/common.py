@@ -1,10 +1,19 @@
-"""What every benchmark script here shares: where results go, and how the machine is named."""
+"""What every benchmark script here shares: paths, the input docs, datatrove's task stats, where
+results go, and how the machine is named."""
 
 from __future__ import annotations
 
+import glob
+import json
+import os
 import platform
+import subprocess
+import sys
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_WARC = REPO.parent / "shared" / "data" / "web" / "pages-a.warc.gz"
+LLMCTL = REPO / ".venv" / "bin" / "llmctl"  # the product's own venv, as a user runs it
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 HEAD = "# Benchmark results\n\nLatest figures of the scripts in this folder; see README.md for what they measure.\n"
 
@@ -28,3 +37,25 @@ def cpu_name() -> str:
 
 def pct(n: int, d: int, digits: int = 1) -> str:
     return f"{100 * n / d:.{digits}f}% ({n}/{d})" if d else "n/a"
+
+
+def make_docs(tmp: str, name: str = "docs") -> str:
+    """The docs crawl-extract makes from pages-a.warc.gz (once per benchmark run)."""
+    out = os.path.join(tmp, name)
+    cmd = [str(LLMCTL), "crawl-extract", str(DEFAULT_WARC), "-o", out, "--quiet"]
+    print(f"making the input: {' '.join(cmd)}", file=sys.stderr)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def datatrove_tasks_with_docs(out: str, reader: str) -> str:
+    """'used/total' tasks, from datatrove's per-task stats (`reader`: a word of the reader step's
+    name): shows that one input file keeps only one task busy."""
+    used = total = 0
+    for path in sorted(glob.glob(os.path.join(out, "logs", "stats", "*.json"))):
+        total += 1
+        with open(path) as f:
+            stats = json.load(f)
+        step = next((s for s in stats if reader in s["name"]), None)
+        used += bool(step and step["stats"].get("documents", 0))
+    return f"{used}/{total}"

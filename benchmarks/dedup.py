@@ -43,11 +43,9 @@ import threading
 import time
 from pathlib import Path
 
-from common import cpu_name, pct, write_results  # noqa: E402  (benchmarks/common.py)
+from common import LLMCTL, REPO, cpu_name, pct, write_results  # noqa: E402  (benchmarks/common.py)
 
-REPO = Path(__file__).resolve().parent.parent
 WARC = REPO.parent / "shared" / "data" / "web" / "pages-a.warc.gz"
-LLMCTL = REPO / ".venv" / "bin" / "llmctl"  # the product's own venv, as a user runs it
 CACHE = REPO / ".venv-bench" / "share" / "dedup-corpus"
 WORKERS = (1, 2)
 BANDS, ROWS, NGRAM = 14, 8, 5  # FineWeb's banding; the same on all three sides

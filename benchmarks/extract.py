@@ -29,11 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import cpu_name, pct, write_results  # noqa: E402  (benchmarks/common.py)
+from common import DEFAULT_WARC, LLMCTL, REPO, cpu_name, datatrove_tasks_with_docs, pct, write_results  # noqa: E402  (benchmarks/common.py)
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_WARC = REPO.parent / "shared" / "data" / "web" / "pages-a.warc.gz"
-LLMCTL = REPO / ".venv" / "bin" / "llmctl"  # the product's own venv, as a user runs it
 LID_FTZ = REPO / ".venv" / "share" / "llmctl" / "lid.176.ftz"  # put there by `make setup`
 # datatrove downloads its language-ID model into the Hugging Face assets cache at run time. We point
 # that cache (HF_ASSETS_CACHE) at a folder of the bench venv and put lid.176 there ourselves: the run
@@ -100,16 +97,6 @@ def read_datatrove(out: str) -> list[dict]:
                 rows.append(dict(id=d["id"], url=m["url"], text=d["text"], lang=m["language"], lang_score=m["language_score"]))
     return rows
 
-
-def datatrove_tasks_with_docs(out: str) -> str:
-    """'used/total' tasks, from datatrove's per-task stats: shows that one file means one busy task."""
-    used = total = 0
-    for path in sorted(glob.glob(os.path.join(out, "logs", "stats", "*.json"))):
-        total += 1
-        stats = json.load(open(path))
-        reader = next((s for s in stats if "Warc" in s["name"]), None)
-        used += bool(reader and reader["stats"].get("documents", 0))
-    return f"{used}/{total}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,7 +304,7 @@ def main() -> None:
         times, outs = measure(warc, args.repeat, tmp)
         rows = {k: (read_datatrove(o) if k[0] == "datatrove" else read_llmctl(o)) for k, o in outs.items()}
         docs = {k: len(v) for k, v in rows.items()}
-        dt_tasks = {w: datatrove_tasks_with_docs(outs[("datatrove", w)]) for w in WORKERS}
+        dt_tasks = {w: datatrove_tasks_with_docs(outs[("datatrove", w)], "Warc") for w in WORKERS}
         print("checking agreement", file=sys.stderr)
         agree, examples = agreement(rows[("llmctl", 1)], rows[("llmctl", 2)], rows[("datatrove", 1)])
 

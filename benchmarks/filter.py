@@ -39,11 +39,8 @@ import subprocess
 import tempfile
 import time
 
-from common import cpu_name, pct, write_results  # noqa: E402  (benchmarks/common.py)
+from common import DEFAULT_WARC, LLMCTL, REPO, cpu_name, datatrove_tasks_with_docs, make_docs, pct, write_results  # noqa: E402  (benchmarks/common.py)
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_WARC = REPO.parent / "shared" / "data" / "web" / "pages-a.warc.gz"
-LLMCTL = REPO / ".venv" / "bin" / "llmctl"  # the product's own venv, as a user runs it
 WORKERS = (1, 2)
 STEPS = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
 
@@ -94,14 +91,6 @@ def dt_reason(step: str, reason: str | None) -> str:
 # ---------------------------------------------------------------------------------------------
 # input
 
-
-def make_docs(tmp: str) -> str:
-    """The docs crawl-extract makes from the example WARC (once per benchmark run)."""
-    out = os.path.join(tmp, "docs")
-    cmd = [str(LLMCTL), "crawl-extract", str(DEFAULT_WARC), "-o", out, "--quiet"]
-    print(f"making the input: {' '.join(cmd)}", file=sys.stderr)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return out
 
 
 def read_parts(folder: str) -> list[dict]:
@@ -166,16 +155,6 @@ def read_datatrove(out: str) -> dict[str, dict]:
             res[d["id"]] = dict(kept=False, reason=dt_reason(step, d["metadata"].get("filter_reason")), text=d["text"])
     return res
 
-
-def datatrove_tasks_with_docs(out: str) -> str:
-    """'used/total' tasks, from datatrove's per-task stats."""
-    used = total = 0
-    for path in sorted(glob.glob(os.path.join(out, "logs", "stats", "*.json"))):
-        total += 1
-        stats = json.load(open(path))
-        reader = next((s for s in stats if "Parquet" in s["name"]), None)
-        used += bool(reader and reader["stats"].get("documents", 0))
-    return f"{used}/{total}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -747,7 +726,7 @@ def main() -> None:
         print(f"timing on {docs} ({len(inputs)} docs), {args.repeat} repeats", file=sys.stderr)
         times, outs = measure(docs, args.repeat, tmp, tools)
         dt, dt2 = read_datatrove(outs[("datatrove", 1)]), read_datatrove(outs[("datatrove", 2)])
-        dt_tasks = {w: datatrove_tasks_with_docs(outs[("datatrove", w)]) for w in WORKERS}
+        dt_tasks = {w: datatrove_tasks_with_docs(outs[("datatrove", w)], "Parquet") for w in WORKERS}
         if args.datatrove_only:  # the harness against itself: datatrove 2 workers plays llmctl
             llm, llm2 = dt2, dt
         else:

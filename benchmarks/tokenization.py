@@ -44,11 +44,8 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from common import cpu_name, write_results  # noqa: E402  (benchmarks/common.py)
+from common import LLMCTL, REPO, cpu_name, make_docs, write_results  # noqa: E402  (benchmarks/common.py)
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_WARC = REPO.parent / "shared" / "data" / "web" / "pages-a.warc.gz"
-LLMCTL = REPO / ".venv" / "bin" / "llmctl"  # the product's own venv, as a user runs it
 LLMCTL_PY = REPO / ".venv" / "bin" / "python"
 
 VOCAB = 8192
@@ -69,14 +66,6 @@ MIN_FREQUENCY = 2  # llmctl's default
 # ---------------------------------------------------------------------------------------------
 # inputs
 
-
-def make_docs(tmp: str) -> str:
-    """The docs crawl-extract makes from the example WARC (once per benchmark run)."""
-    out = os.path.join(tmp, "pages")
-    cmd = [str(LLMCTL), "crawl-extract", str(DEFAULT_WARC), "-o", out, "--quiet"]
-    print(f"making the input: {' '.join(cmd)}", file=sys.stderr)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return out
 
 
 def parquet_parts(folder: str) -> list[str]:
@@ -413,7 +402,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-tokenize-") as tmp_auto:
         tmp = args.workdir or tmp_auto
         os.makedirs(tmp, exist_ok=True)
-        docs = os.path.abspath(args.docs) if args.docs else make_docs(tmp)
+        docs = os.path.abspath(args.docs) if args.docs else make_docs(tmp, "pages")
         corpus = os.path.join(tmp, "corpus")
         shutil.rmtree(corpus, ignore_errors=True)
         cstats = make_corpus(docs, corpus)

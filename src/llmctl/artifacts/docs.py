@@ -153,6 +153,13 @@ def _jsonl_batches(path: str) -> Iterator[pa.RecordBatch]:
     yield from reader
 
 
+def row_count(source: DocsSource) -> int:
+    """Rows of one source: from Parquet metadata, or by reading a JSONL file through."""
+    if source.fmt == "parquet":
+        return pq.ParquetFile(source.path).metadata.num_rows
+    return sum(b.num_rows for b in read_source(source))
+
+
 def source_schema(source: DocsSource) -> pa.Schema:
     """Schema after normalization, without reading the data when the file format allows."""
     if source.fmt == "parquet":

@@ -21,9 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, source_schema, spool_stdin
+from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, row_count, source_schema, spool_stdin
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.data.filters import STEPS, Doc, Step, all_stats, build_step, first_failure
 from llmctl.errors import UsageError
@@ -240,11 +239,6 @@ def _texts_reaching(before: list[Step], labels: list[str], sources: list[DocsSou
                     yield o.text
 
 
-def _rows(source: DocsSource) -> int:
-    if source.fmt == "parquet":
-        return pq.ParquetFile(source.path).metadata.num_rows
-    return sum(b.num_rows for b in read_source(source))
-
 
 def run_filter(inputs: list[str], out: str, cfg: FilterConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
     opts = opts or RunOptions()
@@ -255,7 +249,7 @@ def run_filter(inputs: list[str], out: str, cfg: FilterConfig, opts: RunOptions 
         for k, step in enumerate(steps):
             if step.needs_prepare:  # corpus-wide figures (a top-fraction threshold) before any shard
                 step.prepare(_texts_reaching(steps[:k], labels[:k], sources))
-        tasks = [Task(i, part_name(i, ""), asdict(s), weight=_rows(s)) for i, s in enumerate(sources)]
+        tasks = [Task(i, part_name(i, ""), asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
         config = asdict(cfg)
         config["step_labels"] = step_labels(cfg.steps)
         return run_sharded(

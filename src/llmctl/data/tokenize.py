@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmctl.artifacts.docs import STDIO, DocsSource, open_docs_inputs, read_source, resolve_docs_inputs
+from llmctl.artifacts.docs import DocsSource, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count
 from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, write_manifest
 from llmctl.artifacts.tokens import token_dtype, write_shard
 from llmctl.data import tokenizer as bpe
@@ -135,7 +135,7 @@ def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOpti
     if meta.eos_id is None:
         raise UsageError(f"{tok_path} has no end-of-text special token to separate documents")
     sources = resolve_docs_inputs(inputs)
-    tasks = [Task(i, f"tokens-{i:05d}", asdict(s), weight=_rows(s)) for i, s in enumerate(sources)]
+    tasks = [Task(i, f"tokens-{i:05d}", asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
     workers = opts.workers or 1
     # a single input file still uses every core: tiktoken's threads work inside the shard
     threads = max(1, (opts.workers or _cores()) // max(1, min(workers, len(tasks))))
@@ -149,11 +149,6 @@ def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOpti
         write_manifest(out, m)
     return m
 
-
-def _rows(s: DocsSource) -> int:
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(s.path).metadata.num_rows if s.fmt == "parquet" else 1
 
 
 def _cores() -> int:

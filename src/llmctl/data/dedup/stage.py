@@ -33,9 +33,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, source_schema, spool_stdin
+from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, row_count, source_schema, spool_stdin
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, s_curve, threshold
@@ -360,11 +359,6 @@ def _is_frequent(h: int, frequent: np.ndarray) -> bool:
 # The stage
 
 
-def _row_count(s: DocsSource) -> int:
-    if s.fmt == "parquet":
-        return pq.ParquetFile(s.path).metadata.num_rows
-    return sum(b.num_rows for b in read_source(s))
-
 
 def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
     cfg.check()
@@ -375,7 +369,7 @@ def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | 
     streaming = out == STDIO
     with tempfile.TemporaryDirectory(prefix="llmctl-dedup-") as tmp:
         sources = spool_stdin(tmp) if inputs == [STDIO] else resolve_docs_inputs(inputs)
-        counts = [_row_count(s) for s in sources]
+        counts = [row_count(s) for s in sources]
         firsts = [int(x) for x in np.concatenate(([0], np.cumsum(counts)[:-1]))] if counts else []
         work = Path(tmp) / "_work" if streaming else Path(out) / "_work"
         if not streaming:
