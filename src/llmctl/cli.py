@@ -19,7 +19,7 @@ from rich.tree import Tree
 
 from llmctl import __version__
 from llmctl.console import ConsoleProgress, err, flatten, print_json, table
-from llmctl.errors import StageFailed, UsageError
+from llmctl.errors import Interrupted, StageFailed, UsageError
 
 app = typer.Typer(
     name="llmctl",
@@ -539,6 +539,161 @@ def tokenize_report(
 
 
 # ---------------------------------------------------------------------------------------------
+# train / export / plot
+
+
+@app.command()
+def train(
+    tokens: Annotated[str, typer.Argument(help="Tokens artifact to train on (`llmctl tokenize` output).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Run directory: config.json, metrics.jsonl, checkpoints/.")],
+    config: Annotated[Optional[str], typer.Option("--config", "-c", help="Preset under stages/train/ (tiny, small, gpt2-124m, fineweb-0.5b) or a .toml with model and train tables.")] = "tiny",
+    val: Annotated[Optional[str], typer.Option("--val", help="Held-out tokens artifact for validation loss and bits per byte.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint (same batches, same losses).")] = False,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Length of the run in tokens; the schedule spans it.")] = None,
+    max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Stop after this many steps (schedule unchanged).")] = None,
+    lr: Annotated[Optional[float], typer.Option("--lr", help="Peak learning rate.")] = None,
+    batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Global batch in tokens (all ranks).")] = None,
+    micro_batch: Annotated[Optional[int], typer.Option("--micro-batch", help="Sequences per forward pass; gradient accumulation makes up the rest.")] = None,
+    seq_len: Annotated[Optional[int], typer.Option("--seq-len", help="Tokens per training sequence.")] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", help="wsd (warmup-stable-decay), cosine (to 10%), or linear (to zero).")] = None,
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="float32, or bfloat16 autocast with fp32 master weights.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Initial weights and data order.")] = None,
+    eval_every: Annotated[Optional[int], typer.Option("--eval-every", help="Steps between validation passes.")] = None,
+    checkpoint_every: Annotated[Optional[int], typer.Option("--checkpoint-every", help="Steps between checkpoints (one is always written at the end and on SIGTERM/SIGINT).")] = None,
+    compile_: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile the model.")] = None,
+    fsdp: Annotated[Optional[bool], typer.Option("--fsdp/--no-fsdp", help="Shard parameters with FSDP2 (under torchrun).")] = None,
+    peak_flops: Annotated[Optional[float], typer.Option("--peak-flops", help="Dense peak FLOP/s of one device for MFU (default: GPU table, or a matmul benchmark on CPU).")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda.")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="Torch CPU threads.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any preset key: model.n_layers=8, train.z_loss=1e-4 (repeatable).")] = None,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Pretrain the Llama-style decoder on token shards; under torchrun the same command runs DDP."""
+    from llmctl.console import TrainStatus
+    from llmctl.train.trainer import load_run_config, run_train
+
+    quiet, as_json = _flags(quiet, json_)
+    flags = dict(max_tokens=max_tokens, max_steps=max_steps, lr=lr, batch_tokens=batch_tokens, micro_batch=micro_batch,
+                 seq_len=seq_len, schedule=schedule, dtype=dtype, seed=seed, eval_every=eval_every,
+                 checkpoint_every=checkpoint_every, compile=compile_, fsdp=fsdp, peak_flops=peak_flops,
+                 device=device, threads=threads)
+    model_cfg, cfg = load_run_config(config, flags, set_ or [])
+    status = TrainStatus(quiet or int(os.environ.get("RANK", "0")) != 0)
+    try:
+        m = run_train(Path(tokens), Path(output), model_cfg, cfg, val=Path(val) if val else None, resume=resume,
+                      overwrite=overwrite, on_step=status.step, on_log=status.log)
+    finally:
+        status.finish()
+    if int(os.environ.get("RANK", "0")) == 0:
+        report(m, output, quiet, as_json, rate_key="tokens")
+
+
+@app.command()
+def export(
+    checkpoint: Annotated[str, typer.Argument(help="A checkpoint: step dir, checkpoints/ dir or run dir (its latest).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Directory for the Hugging Face model.")],
+    quiet: Quiet = False,
+) -> None:
+    """Write a Hugging Face LlamaForCausalLM directory (config.json, model.safetensors, tokenizer)."""
+    from llmctl.model.export import export_hf
+
+    out = export_hf(checkpoint, Path(output))
+    if not _flags(quiet, False)[0]:
+        err.print(f"exported to {out} (load with transformers.AutoModelForCausalLM.from_pretrained)", markup=False)
+
+
+@app.command()
+def plot(
+    run: Annotated[str, typer.Argument(help="A run directory (or its metrics.jsonl).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Directory for the PNG files.")],
+    quiet: Quiet = False,
+) -> None:
+    """PNG curves of a run: train/val loss, bits per byte, lr, gradient norm, tokens/s."""
+    from llmctl.train.plots import plot_run
+
+    written = plot_run(Path(run), Path(output))
+    if not _flags(quiet, False)[0]:
+        err.print("wrote " + ", ".join(str(p) for p in written), markup=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# plan
+
+
+@app.command()
+def plan(
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Train preset: a name under stages/train/ (tiny, small, gpt2-124m, fineweb-0.5b) or a .toml with model and train tables; the train table gives the seq_len, micro_batch, batch_tokens and max_tokens (D) defaults.")] = None,
+    hf_config: Annotated[Optional[str], typer.Option("--hf-config", help="A Hugging Face config.json instead: llama, mistral, qwen2/3, olmo2, gpt2, or MoE (mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2/v3).")] = None,
+    tokens: Annotated[Optional[float], typer.Option("--tokens", "-D", help="Training tokens D (e.g. 10e9). Default: the preset's max_tokens, else compute-optimal for the model.")] = None,
+    flops: Annotated[Optional[float], typer.Option("--flops", "-C", help="Compute budget C in FLOPs instead of --tokens (D = C / FLOPs per token).")] = None,
+    days: Annotated[Optional[float], typer.Option("--days", help="Budget as a reservation instead: C = GPUs x peak x MFU x days x ETTR.")] = None,
+    gpus: Annotated[int, typer.Option("--gpus", "-p", help="Number of GPUs (all data parallel).")] = 1,
+    gpu: Annotated[str, typer.Option("--gpu", help="Accelerator key from the hardware table (h100, h200, a100, b200, mi300x, l4, t4, ...; see --list-gpus).")] = "h100",
+    mfu: Annotated[float, typer.Option("--mfu", help="Model FLOPs utilization against the dense BF16 peak (planning band 0.35-0.45).")] = 0.4,
+    seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-s", help="Sequence length (default: the preset's seq_len, else the model's context).")] = None,
+    micro_batch: Annotated[Optional[int], typer.Option("--micro-batch", help="Sequences per GPU per forward pass, for activation memory (default: preset, else 1).")] = None,
+    batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Global batch in tokens, for steps and step time (default: preset).")] = None,
+    recipe: Annotated[str, typer.Option("--recipe", help="Model-state recipe: bf16-adamw (16 B/param), bf16-adamw-fp32grad (20), fp32-adamw (16), adamw-8bit (10), sgd-momentum (12), adafactor (8), deepseek-v3 (12).")] = "bf16-adamw",
+    zero: Annotated[int, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3: shard optimizer states (1), + gradients (2), + weights (3) over the GPUs.")] = 0,
+    recompute: Annotated[str, typer.Option("--recompute", help="Activation recomputation: none, norms, swiglu (fused), selective (both) or full.")] = "none",
+    fused_loss: Annotated[bool, typer.Option("--fused-loss", help="Fused cross-entropy: no materialized logits in the memory estimate.")] = False,
+    price: Annotated[float, typer.Option("--price", help="Price per GPU-hour in dollars (default 2, illustrative).")] = 2.0,
+    mttf: Annotated[Optional[float], typer.Option("--mttf", help="Job mean time to failure in hours (default: from --failure-rate and the node count).")] = None,
+    failure_rate: Annotated[float, typer.Option("--failure-rate", help="Failures per 1,000 node-days when --mttf is not given (Llama 3: 3.79).")] = 3.79,
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node, for the node count behind the MTTF.")] = 8,
+    ckpt_write_s: Annotated[float, typer.Option("--ckpt-write-s", help="Seconds training stalls per checkpoint (delta in Young's interval; default 30, illustrative).")] = 30.0,
+    restart_s: Annotated[float, typer.Option("--restart-s", help="Seconds lost per failure to restart (default 600, illustrative).")] = 600.0,
+    ettr: Annotated[Optional[float], typer.Option("--ettr", help="Effective training time ratio for --days and wall time (default: estimated from MTTF and checkpoint cadence).")] = None,
+    chinchilla_constants: Annotated[str, typer.Option("--chinchilla-constants", help="Scaling-law constants: besiroglu (refit, default), original (Chinchilla as printed) or unrounded.")] = "besiroglu",
+    attention: Annotated[str, typer.Option("--attention", help="Attention FLOPs counting: causal ((s+1)/2, default), full (s, PaLM/nanoGPT) or none (6N).")] = "causal",
+    count_input_embedding: Annotated[bool, typer.Option("--count-embedding", help="Count the input embedding table (and learned positions) in 6N; it does no matmul, so off by default.")] = False,
+    gpu_hours: Annotated[Optional[float], typer.Option("--gpu-hours", help="GPU-hours a run reported: also print the utilization they imply.")] = None,
+    hardware_file: Annotated[Optional[str], typer.Option("--hardware-file", help="TOML file of extra accelerators, same keys as the built-in table (llmctl/plan/hardware.toml).")] = None,
+    list_gpus: Annotated[bool, typer.Option("--list-gpus", help="Print the hardware table and exit.")] = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """The arithmetic of a run before you book the cluster: parameters, FLOPs, time, cost, memory
+    per GPU, KV cache, Chinchilla sizing and checkpoint interval."""
+    from rich.console import Console
+
+    from llmctl.plan import load_hf_config, load_preset, load_table
+    from llmctl.plan import plan as make_plan
+    from llmctl.plan import render
+    from llmctl.plan.planner import HARDWARE_HEADERS, hardware_rows
+
+    _, as_json = _flags(quiet, json_)
+    out = Console(highlight=False)
+    if list_gpus:
+        hw_table = load_table(hardware_file)
+        if as_json:
+            print_json({k: h.summary() for k, h in hw_table.items()})
+        else:
+            out.print(table("accelerators (dense peaks)", hardware_rows(hw_table), headers=HARDWARE_HEADERS))
+        return
+    if (model is None) == (hf_config is None):
+        raise UsageError("give one of --model PRESET|TOML or --hf-config config.json")
+    if model is not None:
+        arch, train_cfg = load_preset(model)
+    else:
+        arch, train_cfg = load_hf_config(hf_config), {}
+    r = make_plan(
+        arch, train=train_cfg, tokens=tokens, flops=flops, days=days, gpus=gpus, gpu=gpu, hardware_file=hardware_file,
+        mfu=mfu, seq_len=seq_len, micro_batch=micro_batch, batch_tokens=batch_tokens, recipe=recipe, zero=zero,
+        price=price, mttf_hours=mttf, failure_rate=failure_rate, gpus_per_node=gpus_per_node, ckpt_write_s=ckpt_write_s,
+        restart_s=restart_s, ettr=ettr, constants=chinchilla_constants, attention=attention,
+        count_input_embedding=count_input_embedding, recompute=recompute, fused_loss=fused_loss, reported_gpu_hours=gpu_hours,
+    )
+    if as_json:
+        print_json(r)
+        return
+    for t in render(r):
+        out.print(t)
+
+
+# ---------------------------------------------------------------------------------------------
 # entry point
 
 
@@ -554,7 +709,11 @@ def _fail(code: int, message: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     try:
-        command.main(args=argv, prog_name="llmctl", standalone_mode=False)
+        rc = command.main(args=argv, prog_name="llmctl", standalone_mode=False)
+        if rc == 130:  # typer turns Ctrl-C into a returned exit code instead of raising it
+            _fail(130, "interrupted")
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except _ClickUsageError as e:  # bad flags or arguments, found by the parser
@@ -571,6 +730,8 @@ def main(argv: list[str] | None = None) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(141)
+    except Interrupted as e:
+        _fail(128 + e.signum, str(e))
     except (KeyboardInterrupt, typer.Abort):
         _fail(130, "interrupted")
 

@@ -79,14 +79,18 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
     return value
 
 
-def build_config(cls: type[C], stage: str, config: str | None = None, overrides: dict | None = None) -> C:
-    """defaults < TOML file < overrides (None values in overrides mean 'flag not given')."""
+def build_config(cls: type[C], stage: str, config: str | None = None, overrides: dict | None = None,
+                 table: str | None = None) -> C:
+    """defaults < TOML file < overrides (None values in overrides mean 'flag not given').
+    `table` reads one table of the file (train configs hold [model] and [train])."""
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     if config:
         path = find_config(stage, config)
         data = read_toml(path)
+        if table is not None:
+            data = data.get(table, {})
         unknown = sorted(set(data) - fields)
         if unknown:
             raise UsageError(f"{path}: unknown key(s) {', '.join(unknown)} for {stage} (known: {', '.join(sorted(fields))})")

@@ -7,3 +7,11 @@ class UsageError(Exception):
 
 class StageFailed(Exception):
     """The run itself failed (a shard errored under --strict, a worker died): exit 1."""
+
+
+class Interrupted(Exception):
+    """A long run stopped cleanly on SIGTERM/SIGINT after saving its state: exit 128 + signal."""
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(message)
+        self.signum = signum

@@ -1,0 +1,163 @@
+"""The checkpoint artifact (DESIGN §2): `step-000123/` under a run's `checkpoints/`.
+
+    model.safetensors    weights (a tied head stored once, as embed.weight)
+    config.json          the architecture (ModelConfig)
+    tokenizer.json       the tokenizer the tokens were made with, when known
+    optimizer.pt         optimizer state, read back with torch.load(weights_only=True)
+    trainer_state.json   step, tokens seen, RNG states, schedule — everything resume needs
+
+A checkpoint is written under a temporary name and renamed, and `latest` (a one-line file) is
+replaced atomically after it, so a crash never leaves a half checkpoint behind a valid `latest`
+(spec 001-systems-ops §A2). Weights are read only from safetensors and other state only with
+`weights_only=True`: loading a stranger's checkpoint cannot run code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from llmctl.errors import UsageError
+from llmctl.model.config import ModelConfig
+
+LATEST = "latest"
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def model_tensors(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors to store: contiguous CPU fp32 copies, a tied head dropped (it is the embedding)."""
+    out = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state.items()}
+    if cfg.tied:
+        out.pop("head.weight", None)
+    return out
+
+
+def save_checkpoint(
+    ckpt_root: Path,
+    step: int,
+    config: ModelConfig,
+    model_state: dict[str, torch.Tensor],
+    trainer_state: dict[str, Any],
+    optimizer_state: dict | None = None,
+    tokenizer_file: Path | None = None,
+    keep_last: int = 0,
+) -> Path:
+    """Write `ckpt_root/step-NNNNNN/` atomically, point `latest` at it, prune to `keep_last`."""
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    final = ckpt_root / step_dir_name(step)
+    tmp = ckpt_root / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_file(model_tensors(config, model_state), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    config.save(tmp / "config.json")
+    if optimizer_state is not None:
+        torch.save(optimizer_state, tmp / "optimizer.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
+    if tokenizer_file is not None and Path(tokenizer_file).is_file():
+        shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
+    if final.exists():  # re-saving a step (e.g. a signal right after a periodic save)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    latest_tmp = ckpt_root / f".{LATEST}.tmp-{os.getpid()}"
+    latest_tmp.write_text(final.name + "\n")
+    os.replace(latest_tmp, ckpt_root / LATEST)
+    if keep_last > 0:
+        for old in list_checkpoints(ckpt_root)[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(ckpt_root: Path) -> list[Path]:
+    """Complete checkpoints, oldest first (temporary directories are never listed)."""
+    if not ckpt_root.is_dir():
+        return []
+    return sorted(p for p in ckpt_root.iterdir() if p.is_dir() and p.name.startswith("step-"))
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> Path:
+    """A checkpoint directory from a step dir, a `checkpoints/` dir or a run dir (→ its latest)."""
+    p = Path(path)
+    if (p / "model.safetensors").is_file():
+        return p
+    for root in (p, p / "checkpoints"):
+        latest = root / LATEST
+        if latest.is_file():
+            target = root / latest.read_text().strip()
+            if not (target / "model.safetensors").is_file():
+                raise UsageError(f"{latest} names {target.name}, which is missing or incomplete")
+            return target
+    if not p.exists():
+        raise UsageError(f"checkpoint not found: {p}")
+    raise UsageError(f"{p} is not a checkpoint (no model.safetensors, no checkpoints/latest)")
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    config: ModelConfig
+    tensors: dict[str, torch.Tensor]
+    trainer_state: dict[str, Any]
+
+    @property
+    def tokenizer_file(self) -> Path | None:
+        t = self.path / "tokenizer.json"
+        return t if t.is_file() else None
+
+    def optimizer_state(self) -> dict | None:
+        f = self.path / "optimizer.pt"
+        if not f.is_file():
+            return None
+        try:
+            return torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as e:  # a truncated or foreign file: say which, never a traceback
+            raise UsageError(f"{f}: cannot read optimizer state ({type(e).__name__}: {e})") from e
+
+
+def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    ckpt = resolve_checkpoint(path)
+    config = ModelConfig.load(ckpt / "config.json")
+    try:
+        tensors = load_file(str(ckpt / "model.safetensors"))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise UsageError(f"{ckpt / 'model.safetensors'}: corrupt or unreadable ({e})") from e
+    state_file = ckpt / "trainer_state.json"
+    try:
+        state = json.loads(state_file.read_text()) if state_file.is_file() else {}
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{state_file}: invalid JSON ({e})") from e
+    return Checkpoint(ckpt, config, tensors, state)
+
+
+def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
+    """The Transformer of a checkpoint, weights loaded, in eval mode."""
+    from llmctl.model.transformer import Transformer
+
+    ckpt = load_checkpoint(path)
+    model = Transformer(ckpt.config)
+    load_weights(model, ckpt.tensors, ckpt.path)
+    return model.to(device).eval(), ckpt
+
+
+def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], where: Path) -> None:
+    try:
+        missing, unexpected = model.load_state_dict(tensors, strict=False)
+    except RuntimeError as e:  # shape mismatches
+        raise UsageError(f"{where}: weights do not match config.json ({str(e).splitlines()[-1].strip()})") from e
+    if model.cfg.tied:
+        missing = [k for k in missing if k != "head.weight"]
+    if missing or unexpected:
+        raise UsageError(
+            f"{where}: weights do not match the architecture in config.json "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )

@@ -1,0 +1,173 @@
+"""The Llama-style decoder that train, eval, rl and export share.
+
+Pre-norm blocks (spec 001-arch-optim-scaling §A2): x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)).
+Attention is grouped-query through `scaled_dot_product_attention`, with RoPE in the Hugging Face
+rotate-half convention so a checkpoint exports to `LlamaForCausalLM` by renaming tensors. No biases.
+
+Two fusions keep a training step to fewer, larger matmuls than the reference implementation:
+Q, K and V are one `qkv` projection, and SwiGLU's gate and up are one `gate_up` projection. Export
+splits them back (model/export.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from llmctl.model.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    """a / sqrt(mean(a²) + eps) · g, computed in float32 (§A8: norms in high precision)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rope_tables(cfg: ModelConfig, length: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of m·ω_j, ω_j = base^(−2j/d_h), each frequency repeated for both halves (§A2)."""
+    inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32, device=device) / cfg.head_dim))
+    angles = torch.outer(torch.arange(length, dtype=torch.float32, device=device), inv_freq)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x·cos + rotate_half(x)·sin; rotate_half(x) = (−x₂, x₁) over the two halves of head_dim."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        self.qkv = nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=False)
+        self.o = nn.Linear(q_dim, cfg.d_model, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+
+    def forward(self, x, cos, sin, cache=None, mask=None):
+        B, T, _ = x.shape
+        q_dim, kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        q, k, v = self.qkv(x).split((q_dim, kv_dim, kv_dim), dim=-1)
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin).to(v.dtype), apply_rope(k, cos, sin).to(v.dtype)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.o(y.transpose(1, 2).reshape(B, T, q_dim))
+
+
+class SwiGLU(nn.Module):
+    """down(SiLU(gate·x) ⊙ up·x), gate and up computed as one matmul."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.d_ff = cfg.d_ff
+        self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.d_ff, bias=False)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).split(self.d_ff, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg)
+
+    def forward(self, x, cos, sin, cache=None, mask=None):
+        x = x + self.attn(self.attn_norm(x), cos, sin, cache, mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.padded_vocab, cfg.d_model)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.head = nn.Linear(cfg.d_model, cfg.padded_vocab, bias=False)
+        if cfg.tied:
+            self.head.weight = self.embed.weight
+        cos, sin = rope_tables(cfg, cfg.max_seq_len)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """N(0, σ²) with σ = init_std, σ/√(2L) on the residual output projections (spec §A7, 000:L461)."""
+        std = self.cfg.init_std
+        residual_std = std / math.sqrt(2 * self.cfg.n_layers)
+        for name, p in self.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            elif name.endswith(("attn.o.weight", "mlp.down.weight")):
+                p.normal_(0.0, residual_std, generator=generator)
+            else:
+                p.normal_(0.0, std, generator=generator)
+
+    def rope(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        end = start + length
+        if end > self.rope_cos.shape[0]:  # generation past the trained context: extend the tables
+            cos, sin = rope_tables(self.cfg, end, device=self.rope_cos.device)
+            self.rope_cos, self.rope_sin = cos, sin
+        return self.rope_cos[start:end], self.rope_sin[start:end]
+
+    def hidden(self, tokens: torch.Tensor, start: int = 0, caches=None, mask=None) -> torch.Tensor:
+        """Final-norm hidden states (B, T, d) for token ids (B, T) at positions start..start+T."""
+        cos, sin = self.rope(start, tokens.shape[1])
+        x = self.embed(tokens)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, None if caches is None else caches[i], mask)
+        return self.norm(x)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, *, z_loss: float = 0.0,
+                start: int = 0, caches=None, mask=None):
+        """Logits (B, T, padded_vocab); with targets, (loss, stats) instead.
+
+        The loss is the mean next-token cross-entropy in nats with an fp32 softmax (§A8), plus
+        z_loss·(log Z)² (§A3); stats hold the cross-entropy alone and the max logit. Training goes
+        through forward (not a separate method) so DDP's and FSDP's hooks see every step."""
+        logits = self.head(self.hidden(tokens, start, caches, mask))
+        if targets is None:
+            return logits
+        flat = logits.float().view(-1, logits.shape[-1])
+        flat_targets = targets.reshape(-1)
+        ce = F.cross_entropy(flat, flat_targets, ignore_index=-100)
+        loss = ce
+        if z_loss:
+            log_z = torch.logsumexp(flat[flat_targets != -100], dim=-1)
+            loss = loss + z_loss * log_z.pow(2).mean()
+        return loss, {"ce": ce.detach(), "max_logit": logits.detach().max().float()}
+
+    def n_params(self) -> int:
+        """Distinct parameters (a tied table counted once), to check against ModelConfig.n_params."""
+        return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())

@@ -1,0 +1,99 @@
+"""Process-group set-up for runs under torchrun: DDP by default, FSDP2 with --fsdp.
+
+Without torchrun's environment (WORLD_SIZE unset or 1) everything here is a no-op, so one code
+path serves a laptop and a cluster. Backend: NCCL on GPUs, gloo on CPU (how the DDP parity test
+runs two processes on this machine).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def enabled(self) -> bool:
+        return self.world > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        return torch.device("cuda", local_rank)
+    return torch.device(name)
+
+
+def init(device: str = "auto") -> Dist:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = pick_device(device, local_rank)
+    if world <= 1:
+        return Dist(device=dev)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    return Dist(dist.get_rank(), world, local_rank, dev)
+
+
+def wrap(model: nn.Module, d: Dist, fsdp: bool) -> nn.Module:
+    """DDP, or FSDP2 (`fully_shard` per block, then the root) for models that don't fit one device."""
+    if not d.enabled and not fsdp:
+        return model
+    if fsdp:
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    return getattr(model, "module", model)
+
+
+def all_reduce_sum(values: list[float], d: Dist) -> list[float]:
+    if not d.enabled:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=d.device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def broadcast_flag(flag: bool, d: Dist) -> bool:
+    """True on every rank when any rank says so (a signal seen by one rank stops all of them)."""
+    if not d.enabled:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=d.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def barrier(d: Dist) -> None:
+    if d.enabled:
+        dist.barrier()
+
+
+def shutdown(d: Dist) -> None:
+    if d.enabled and dist.is_initialized():
+        dist.destroy_process_group()
