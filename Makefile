@@ -59,12 +59,13 @@ FILTER_CONFIG  ?= fineweb
 DEDUP_CONFIG   ?= minhash
 VOCAB_SIZE     ?= 4096
 VAL_FRACTION   ?= 0.05
+TRAIN_CONFIG   ?= tiny
 
 demo: setup
 	$(MAKE) --no-print-directory pipeline WARC='$(CRAWL)' OUT=out/demo
 	$(LLMCTL) tokenize report out/demo/tokenizer --sample out/demo/dedup
 
-pipeline: setup $(OUT)/tokens/train/manifest.json $(OUT)/tokens/val/manifest.json
+pipeline: setup $(OUT)/run/manifest.json
 
 # crawl-extract: WARC -> docs. The summary table shows every skip reason.
 $(OUT)/docs/manifest.json: $(WARCS) $(wildcard stages/crawl-extract/$(EXTRACT_CONFIG).toml stages/crawl-extract/lists/*) | $(STAMP) $(LANGID)
@@ -86,6 +87,12 @@ $(OUT)/tokenizer/manifest.json: $(OUT)/dedup/manifest.json
 
 $(OUT)/tokens/%/manifest.json: $(OUT)/dedup/manifest.json $(OUT)/tokenizer/manifest.json
 	$(LLMCTL) tokenize $(OUT)/dedup -o $(OUT)/tokens/$* --tokenizer $(OUT)/tokenizer --split $* --val-fraction $(VAL_FRACTION) --overwrite
+
+# train: the `tiny` preset on the train split; validation bits per byte is printed against the
+# unigram baseline of the same tokens (the floor a language model has to clear).
+$(OUT)/run/manifest.json: $(OUT)/tokens/train/manifest.json $(OUT)/tokens/val/manifest.json stages/train/$(TRAIN_CONFIG).toml
+	$(LLMCTL) train $(OUT)/tokens/train --val $(OUT)/tokens/val -o $(OUT)/run --config $(TRAIN_CONFIG) --overwrite
+	$(LLMCTL) plot $(OUT)/run -o $(OUT)/run/plots
 
 # Regenerate the example crawl (committed; byte-identical on every run).
 crawl:

@@ -49,13 +49,14 @@ def windows(dataset: TokenDataset, seq_len: int, max_windows: int | None = None)
 @torch.no_grad()
 def evaluate_loss(model, dataset: TokenDataset, seq_len: int, token_bytes: np.ndarray | None,
                   batch_size: int = 8, max_windows: int | None = None, device="cpu",
-                  autocast=None, rank: int = 0, world: int = 1) -> dict[str, float]:
+                  autocast=None, rank: int = 0, world: int = 1, keep_windows: bool = False) -> dict:
     """Sums over consecutive windows (rank r takes every world-th window); the caller all-reduces
     the sums when world > 1. Returns nats, predicted tokens, text tokens, bytes."""
     n = windows(dataset, seq_len, max_windows)
     ids = list(range(rank, n, world))
     byte_table = torch.from_numpy(token_bytes) if token_bytes is not None else None
     sums = {"nats": 0.0, "tokens": 0, "text_nats": 0.0, "text_tokens": 0, "bytes": 0}
+    per_window: list[tuple[float, int]] = []  # (text nats, bytes) of each window, for error bars
     model.eval()
     for i in range(0, len(ids), batch_size):
         rows = np.stack([dataset.window(w * seq_len, seq_len + 1) for w in ids[i : i + batch_size]])
@@ -67,11 +68,15 @@ def evaluate_loss(model, dataset: TokenDataset, seq_len: int, token_bytes: np.nd
         sums["nats"] += float(nats.sum())
         sums["tokens"] += y.numel()
         if byte_table is not None:
-            b = byte_table[y.reshape(-1).cpu()]
+            b = byte_table[y.cpu()]
             text = b > 0
-            sums["text_nats"] += float(nats.cpu()[text].sum())
+            window_nats = (nats.view(y.shape).cpu() * text).sum(-1)
+            per_window += zip(window_nats.tolist(), b.sum(-1).tolist())
+            sums["text_nats"] += float(window_nats.sum())
             sums["text_tokens"] += int(text.sum())
             sums["bytes"] += int(b.sum())
+    if keep_windows:
+        sums["windows"] = per_window
     return sums
 
 

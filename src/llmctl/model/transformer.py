@@ -134,29 +134,32 @@ class Transformer(nn.Module):
             else:
                 p.normal_(0.0, std, generator=generator)
 
-    def rope(self, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        end = start + length
+    def rope(self, positions: torch.Tensor | None, start: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for positions start..start+length (shared by the batch), or for per-sequence
+        `positions` (B, T) — generation with left-padded prompts starts each row at its own offset."""
+        end = start + length if positions is None else int(positions.max()) + 1
         if end > self.rope_cos.shape[0]:  # generation past the trained context: extend the tables
-            cos, sin = rope_tables(self.cfg, end, device=self.rope_cos.device)
-            self.rope_cos, self.rope_sin = cos, sin
-        return self.rope_cos[start:end], self.rope_sin[start:end]
+            self.rope_cos, self.rope_sin = rope_tables(self.cfg, max(end, 2 * self.rope_cos.shape[0]), device=self.rope_cos.device)
+        if positions is None:
+            return self.rope_cos[start:end], self.rope_sin[start:end]
+        return self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
 
-    def hidden(self, tokens: torch.Tensor, start: int = 0, caches=None, mask=None) -> torch.Tensor:
-        """Final-norm hidden states (B, T, d) for token ids (B, T) at positions start..start+T."""
-        cos, sin = self.rope(start, tokens.shape[1])
+    def hidden(self, tokens: torch.Tensor, start: int = 0, caches=None, mask=None, positions=None) -> torch.Tensor:
+        """Final-norm hidden states (B, T, d) for token ids (B, T)."""
+        cos, sin = self.rope(positions, start, tokens.shape[1])
         x = self.embed(tokens)
         for i, layer in enumerate(self.layers):
             x = layer(x, cos, sin, None if caches is None else caches[i], mask)
         return self.norm(x)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, *, z_loss: float = 0.0,
-                start: int = 0, caches=None, mask=None):
+                start: int = 0, caches=None, mask=None, positions=None):
         """Logits (B, T, padded_vocab); with targets, (loss, stats) instead.
 
         The loss is the mean next-token cross-entropy in nats with an fp32 softmax (§A8), plus
         z_loss·(log Z)² (§A3); stats hold the cross-entropy alone and the max logit. Training goes
         through forward (not a separate method) so DDP's and FSDP's hooks see every step."""
-        logits = self.head(self.hidden(tokens, start, caches, mask))
+        logits = self.head(self.hidden(tokens, start, caches, mask, positions))
         if targets is None:
             return logits
         flat = logits.float().view(-1, logits.shape[-1])

@@ -32,7 +32,7 @@ from llmctl.artifacts import checkpoint as ckpt_io
 from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
 from llmctl.artifacts.tokens import TokenDataset
 from llmctl.errors import Interrupted, StageFailed, UsageError
-from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths
+from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths, unigram_bits_per_byte
 from llmctl.model.config import ModelConfig
 from llmctl.model.transformer import Transformer
 from llmctl.train import distributed
@@ -243,6 +243,11 @@ class Trainer:
         loader = PackedBatches(self.train_data, c.seq_len, c.seed)
         token_bytes = token_byte_lengths(self.tokenizer_file, self.model_cfg.padded_vocab) if self.tokenizer_file else None
         flops_per_token = self.model_cfg.flops_per_token(c.seq_len)
+        self.unigram_bpb = None
+        if self.val_data is not None and token_bytes is not None:
+            # the floor a language model must clear: token frequencies alone (printed beside val bpb)
+            self.unigram_bpb = unigram_bits_per_byte(self.train_data, self.val_data, token_bytes)
+            self.on_log(f"unigram baseline on the validation tokens: {self.unigram_bpb:.4f} bits/byte")
         peak, peak_source = peak_flops(d.device, DTYPES[c.dtype], c.peak_flops)
         params = [p for p in model.parameters()]
         metrics = open(self.out / "metrics.jsonl", "a") if d.is_main else None
@@ -373,6 +378,8 @@ class Trainer:
         counts = {"steps": state["step"], "tokens": state["tokens"], "skipped_steps": state["skipped_steps"]}
         if val:
             counts.update({f"val_{k}": v for k, v in val.items()})
+        if self.unigram_bpb is not None:
+            counts["val_unigram_bits_per_byte"] = round(self.unigram_bpb, 6)
         m = Manifest(kind="run", stage="train", config={"model": self.model_cfg.to_dict(), "train": asdict(self.cfg)},
                      inputs=inputs, outputs=[], counts=counts, wall_seconds=round(wall, 3))
         if self.dist.is_main:

@@ -1,0 +1,96 @@
+"""Paired comparison of two eval runs (`llmctl eval compare A B`, spec 001-data-eval §A11).
+
+Each results directory holds ``results.json`` and ``samples.parquet`` (one row per item per task,
+columns ``task``, ``item``, ``score``). Items are joined on (task, item); per task we report the
+paired difference with its SE, z and 95% interval, McNemar counts for 0/1 scores, and how many
+questions would be needed to detect the observed gap (α 0.05, power 0.8).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+from llmctl.errors import UsageError
+from llmctl.eval.metrics import is_binary, mcnemar_counts, mcnemar_var, paired_gap, questions_needed
+
+Z95 = 1.96
+REQUIRED_COLUMNS = ("task", "item", "score")
+
+
+def load_samples(results_dir: str | Path) -> dict[str, dict[int, float]]:
+    """{task: {item: score}} from a results directory; UsageError naming what is wrong."""
+    import pyarrow.parquet as pq
+
+    d = Path(results_dir)
+    for name in ("results.json", "samples.parquet"):
+        if not (d / name).is_file():
+            raise UsageError(f"{d}: not an eval results directory (no {name})")
+    try:
+        json.loads((d / "results.json").read_text(encoding="utf-8"))
+        table = pq.read_table(d / "samples.parquet")
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{d}: unreadable results ({e})") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+    if missing:
+        raise UsageError(f"{d / 'samples.parquet'}: missing column(s) {', '.join(missing)}")
+    out: dict[str, dict[int, float]] = {}
+    cols = table.select(list(REQUIRED_COLUMNS)).to_pydict()
+    for task, item, score in zip(cols["task"], cols["item"], cols["score"]):
+        items = out.setdefault(str(task), {})
+        if int(item) in items:
+            raise UsageError(f"{d / 'samples.parquet'}: task {task!r} item {item} appears twice")
+        items[int(item)] = float(score)
+    return out
+
+
+def compare_task(task: str, a: dict[int, float], b: dict[int, float]) -> dict:
+    """One row of the comparison: the paired statistics over items scored in both runs."""
+    common = sorted(a.keys() & b.keys())
+    if len(common) < 2:
+        raise UsageError(f"task {task!r}: {len(common)} item(s) scored in both runs; need at least 2")
+    sa, sb = [a[i] for i in common], [b[i] for i in common]
+    n = len(common)
+    diff, se, z = paired_gap(sa, sb)
+    binary = is_binary(sa) and is_binary(sb)
+    var_d = mcnemar_var(sa, sb) if binary else statistics.variance([x - y for x, y in zip(sa, sb)])
+    counts = mcnemar_counts(sa, sb) if binary else dict.fromkeys(("a_only", "b_only", "both", "neither"))
+    return {
+        "task": task,
+        "n": n,
+        "only_a": len(a.keys() - b.keys()),
+        "only_b": len(b.keys() - a.keys()),
+        "mean_a": math.fsum(sa) / n,
+        "mean_b": math.fsum(sb) / n,
+        "diff": diff,
+        "se": se,
+        "z": z,
+        "ci_low": diff - Z95 * se,
+        "ci_high": diff + Z95 * se,
+        "binary": binary,
+        **counts,
+        "var_d": var_d,
+        "questions_needed": questions_needed(var_d, diff) if diff != 0 else None,
+    }
+
+
+def compare_results(dir_a: str | Path, dir_b: str | Path) -> dict:
+    """Compare run A against run B task by task (differences are A - B).
+
+    Returns {"a": str, "b": str, "tasks": [row, ...]} with rows sorted by task, each
+    {task, n, only_a, only_b, mean_a, mean_b, diff, se, z, ci_low, ci_high, binary,
+    a_only, b_only, both, neither, var_d, questions_needed}:
+    n items scored in both runs (means, diff and SE are over these), only_a / only_b items scored
+    in one run only (reported, not compared); McNemar counts (a_only = A right and B wrong, …)
+    are None for non-binary scores; var_d is the per-item Var(D) (McNemar form for 0/1 scores,
+    sample variance otherwise); questions_needed is None when the observed gap is 0.
+    Tasks present in only one run raise UsageError."""
+    sa, sb = load_samples(dir_a), load_samples(dir_b)
+    if sa.keys() != sb.keys():
+        only_a, only_b = sorted(sa.keys() - sb.keys()), sorted(sb.keys() - sa.keys())
+        raise UsageError(f"runs cover different tasks: only in A {only_a}, only in B {only_b}")
+    if not sa:
+        raise UsageError(f"{dir_a}: samples.parquet has no rows")
+    return {"a": str(dir_a), "b": str(dir_b), "tasks": [compare_task(t, sa[t], sb[t]) for t in sorted(sa)]}

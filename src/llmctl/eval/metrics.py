@@ -1,0 +1,296 @@
+"""Eval statistics: error bars, pass@k / pass^k / maj@k, answer extraction, paired comparison.
+
+Pure Python (math, statistics, fractions). Formulas follow spec 001-data-eval §A10 (estimators)
+and §A11 (uncertainty); each function names the formula it implements.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+
+from llmctl.errors import UsageError
+
+WILSON_BELOW_N = 100  # Wald's interval undercovers for small n; Wilson is used below this
+
+
+def _normal_quantile(p: float) -> float:
+    return statistics.NormalDist().inv_cdf(p)
+
+
+def is_binary(xs: Iterable[float]) -> bool:
+    """True when every score is 0 or 1 (an accuracy, not a fraction or a loss)."""
+    return all(x in (0, 1) for x in xs)
+
+
+# ---------------------------------------------------------------------------------------------
+# A single score (§A11 "Single score")
+
+
+def wilson_interval(a: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval (§A11): (a + z²/2n ± z·sqrt(a(1-a)/n + z²/4n²)) / (1 + z²/n)."""
+    z2 = z * z
+    center = a + z2 / (2 * n)
+    half = z * math.sqrt(a * (1 - a) / n + z2 / (4 * n * n))
+    denom = 1 + z2 / n
+    return max(0.0, (center - half) / denom), min(1.0, (center + half) / denom)
+
+
+def summarize_scores(scores: Sequence[float], z: float = 1.96, k_samples: int | None = None) -> dict:
+    """Mean, standard error and interval of per-item scores (§A11).
+
+    - 0/1 scores: Wald SE = sqrt(a(1-a)/n). The interval is Wald a ± z·SE for n ≥ 100, and Wilson
+      when n < 100 or a is 0 or 1 (where Wald collapses to a zero-width interval).
+    - other scores (per-item fractions, losses): SE = stdev(ddof=1)/sqrt(n), Wald interval.
+    - ``k_samples=K``: each score is a question's mean over K samples, a_i = c_i/K; then
+      Var = (Var(a_i) + E[a_i(1-a_i)]/K)/n with Var(a_i) the population variance (ddof=0), so
+      K = 1 with 0/1 scores gives exactly the Wald SE. Wald interval.
+
+    Returns {n, mean, se, ci_low, ci_high, interval: "wald"|"wilson"}. An empty list raises
+    UsageError (there is no score to report); a single non-binary score has se = nan.
+    """
+    xs = [float(x) for x in scores]
+    n = len(xs)
+    if n == 0:
+        raise UsageError("no scores to summarize (n = 0)")
+    mean = math.fsum(xs) / n
+    interval = "wald"
+    if k_samples is not None:
+        if k_samples < 1:
+            raise UsageError(f"k_samples must be ≥ 1, got {k_samples}")
+        within = math.fsum(x * (1 - x) for x in xs) / n
+        se = math.sqrt((statistics.pvariance(xs, mu=mean) + within / k_samples) / n)
+    elif is_binary(xs):
+        se = math.sqrt(mean * (1 - mean) / n)
+        if n < WILSON_BELOW_N or mean in (0.0, 1.0):
+            interval = "wilson"
+    else:
+        se = statistics.stdev(xs) / math.sqrt(n) if n > 1 else math.nan
+    if interval == "wilson":
+        lo, hi = wilson_interval(mean, n, z)
+    else:
+        lo, hi = mean - z * se, mean + z * se
+    return {"n": n, "mean": mean, "se": se, "ci_low": lo, "ci_high": hi, "interval": interval}
+
+
+def clustered_se(se: float, n: int, cluster_size: float, icc: float) -> tuple[float, float]:
+    """Clustered questions (§A11): DE = 1 + (g-1)·ρ_ICC, SE_cl = SE·sqrt(DE), n_eff = n/DE.
+
+    Returns (SE_cl, n_eff)."""
+    de = 1 + (cluster_size - 1) * icc
+    return se * math.sqrt(de), n / de
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling estimators (§A10)
+
+
+def _check_nck(n: int, c: int, k: int) -> None:
+    if not (0 <= c <= n):
+        raise ValueError(f"need 0 ≤ c ≤ n, got n={n}, c={c}")
+    if k < 1:
+        raise ValueError(f"k must be ≥ 1, got {k}")
+    if k > n:
+        raise ValueError(f"pass@k is not identified for k > n (k={k}, n={n} samples)")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one problem (§A10): 1 - C(n-c,k)/C(n,k), = 1 when n-c < k.
+
+    Computed in the stable product form 1 - prod_{j=n-c+1..n} (1 - k/j). n samples, c correct.
+    Average over problems for the benchmark score. ValueError when k > n (not identified)."""
+    _check_nck(n, c, k)
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for j in range(n - c + 1, n + 1):
+        prod *= 1 - k / j
+    return 1 - prod
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """pass^k for one problem (§A10): C(c,k)/C(n,k), the chance that k draws are all correct.
+
+    Exact integer binomials; average over problems for the benchmark score."""
+    _check_nck(n, c, k)
+    return math.comb(c, k) / math.comb(n, k)
+
+
+def majority_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
+    """Most frequent answer and its count. Ties go to the answer that occurred first.
+
+    ``None`` (no answer could be extracted) never wins; all-None or empty gives (None, 0)."""
+    counts = Counter(a for a in answers if a is not None)
+    if not counts:
+        return None, 0
+    best = max(counts.values())
+    for a in answers:  # first occurrence among the tied
+        if a is not None and counts[a] == best:
+            return a, best
+    raise AssertionError("unreachable")
+
+
+def maj_at_k(answers: Sequence[str | None], reference: str, k: int | None = None) -> float:
+    """maj@k for one problem: 1.0 when the majority vote over the first k answers equals the
+    reference, else 0.0 (§A10: majority vote is a separate metric from pass@1). Answers and
+    reference should already be extracted and canonicalized (``canonical_number``)."""
+    k = len(answers) if k is None else k
+    if k < 1 or k > len(answers):
+        raise ValueError(f"maj@k needs 1 ≤ k ≤ {len(answers)} answers, got k={k}")
+    winner, _ = majority_vote(answers[:k])
+    return float(winner is not None and winner == reference)
+
+
+# ---------------------------------------------------------------------------------------------
+# Answer extraction for generative tasks
+
+_NUMBER = re.compile(r"(?:(?<![\w.])-)?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
+_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_FRAC = re.compile(r"^\\d?frac\{([^{}]+)\}\{([^{}]+)\}$")
+_EXTRACT_RULES = ("after_hash", "last_number", "boxed")
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last complete \\boxed{...}, braces nested to any depth."""
+    found = None
+    start = text.find("\\boxed{")
+    while start != -1:
+        i, depth = start + len("\\boxed{"), 1
+        for j in range(i, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                found = text[i:j]
+                break
+        start = text.find("\\boxed{", start + 1)
+    return found
+
+
+def extract_answer(text: str, rule: str) -> str | None:
+    """The answer string in a generation, or None when the rule finds nothing.
+
+    - ``after_hash``: the rest of the line after the last ``####`` (GSM8K's answer format);
+    - ``last_number``: the last number in the text (1,000 / -3 / 2.5 / 3/4; a '-' glued to a
+      preceding word or digit, as in "16-3", is read as an operator, not a sign);
+    - ``boxed``: the content of the last complete ``\\boxed{...}``, nested braces allowed.
+    The result is not canonicalized; pass it through ``canonical_number`` before comparing."""
+    if rule == "after_hash":
+        if "####" not in text:
+            return None
+        rest = text.rsplit("####", 1)[1].strip()
+        return rest.splitlines()[0].strip() if rest else None
+    if rule == "last_number":
+        found = _NUMBER.findall(text)
+        return found[-1] if found else None
+    if rule == "boxed":
+        return _last_boxed(text)
+    raise UsageError(f"unknown answer extraction rule {rule!r} (choose from {', '.join(_EXTRACT_RULES)})")
+
+
+def _render(q: Fraction) -> str:
+    """Integer → "12"; terminating decimal → "3.5"; otherwise the reduced fraction "1/3"."""
+    if q.denominator == 1:
+        return str(q.numerator)
+    d = q.denominator
+    twos = fives = 0
+    while d % 2 == 0:
+        d, twos = d // 2, twos + 1
+    while d % 5 == 0:
+        d, fives = d // 5, fives + 1
+    if d != 1:
+        return f"{q.numerator}/{q.denominator}"
+    places = max(twos, fives)
+    scaled = abs(q.numerator) * 10**places // q.denominator
+    digits = str(scaled).rjust(places + 1, "0")
+    sign = "-" if q < 0 else ""
+    return f"{sign}{digits[:-places]}.{digits[-places:]}"
+
+
+def canonical_number(s: str) -> str:
+    """One spelling per number, so numerically equal answers compare equal as strings.
+
+    Strips spaces, '$', '%', thousands commas (only in the 1,234,567 pattern), a leading '+'
+    and trailing '.'; reads a unicode minus as '-'; reads fractions "a/b" and LaTeX \\frac{a}{b}.
+    The value is rendered as an integer ("1,000" → "1000", "3.00" → "3", "-0" → "0"), a
+    terminating decimal ("3.50" → "3.5", "1/2" → "0.5") or, when the decimal would not
+    terminate, the reduced fraction ("2/6" → "1/3"). A string that is not a number comes back
+    stripped and otherwise unchanged."""
+    raw = s.strip()
+    t = raw.replace("\u2212", "-").replace("$", "").replace("%", "").replace(" ", "")
+    t = t.rstrip(".").removeprefix("+")
+    if _THOUSANDS.fullmatch(t):
+        t = t.replace(",", "")
+    frac = _FRAC.match(t)
+    if frac:
+        t = f"{frac.group(1)}/{frac.group(2)}"
+    try:
+        if "/" in t:
+            num, den = t.split("/")
+            value = Fraction(Fraction(num), Fraction(den))
+        else:
+            value = Fraction(t)
+    except (ValueError, ZeroDivisionError):
+        return raw
+    return _render(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing two models (§A11 "Comparing two models")
+
+
+def _paired(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    if len(a) != len(b):
+        raise UsageError(f"paired scores need equal lengths, got {len(a)} and {len(b)}")
+    return [float(x) - float(y) for x, y in zip(a, b)]
+
+
+def paired_gap(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """Paired difference of per-item scores (§A11 reference code): d_i = a_i - b_i, returns
+    (mean d, SE = stdev(d, ddof=1)/sqrt(n), z = mean/SE). Equivalent to
+    Var(D) = sA² + sB² - 2ρ·sA·sB. z is 0 when there is no difference at all, ±inf when every
+    item differs by the same nonzero amount. Needs n ≥ 2."""
+    d = _paired(a, b)
+    n = len(d)
+    if n < 2:
+        raise UsageError(f"a paired comparison needs at least 2 items, got {n}")
+    mean = math.fsum(d) / n
+    se = statistics.stdev(d) / math.sqrt(n)
+    z = mean / se if se > 0 else (0.0 if mean == 0 else math.copysign(math.inf, mean))
+    return mean, se, z
+
+
+def mcnemar_counts(a: Sequence[float], b: Sequence[float]) -> dict[str, int]:
+    """Discordant and concordant counts for paired 0/1 scores: a_only (A right, B wrong: f10),
+    b_only (f01), both, neither."""
+    _paired(a, b)
+    pairs = Counter((int(x), int(y)) for x, y in zip(a, b))
+    return {"a_only": pairs[1, 0], "b_only": pairs[0, 1], "both": pairs[1, 1], "neither": pairs[0, 0]}
+
+
+def mcnemar_var(a: Sequence[float], b: Sequence[float]) -> float:
+    """McNemar form of the per-item variance of D for 0/1 scores (§A11):
+    Var(D) = f10 + f01 - (f10 - f01)², with f10, f01 the fractions of items only A / only B got
+    right (the population variance of d_i)."""
+    c = mcnemar_counts(a, b)
+    n = len(a)
+    f10, f01 = c["a_only"] / n, c["b_only"] / n
+    return f10 + f01 - (f10 - f01) ** 2
+
+
+def questions_needed(var_d: float, gap: float, alpha: float = 0.05, power: float = 0.8) -> int:
+    """Questions needed to detect a true gap (§A11): ceil((z_{1-α/2} + z_power)² · Var(D) / gap²).
+
+    Var(D) is the per-item variance of the paired difference. ValueError when gap = 0."""
+    if gap == 0:
+        raise ValueError("questions_needed: the gap to detect must be nonzero")
+    z = _normal_quantile(1 - alpha / 2) + _normal_quantile(power)
+    return math.ceil(z * z * var_d / (gap * gap))
+
+
+def unpaired_se(a1: float, n1: int, a2: float, n2: int) -> float:
+    """SE of the gap between two accuracies on independent question sets (§A11):
+    sqrt(a1(1-a1)/n1 + a2(1-a2)/n2)."""
+    return math.sqrt(a1 * (1 - a1) / n1 + a2 * (1 - a2) / n2)

@@ -1,0 +1,216 @@
+"""`llmctl eval CKPT --task KIND:PATH … -o RESULTS`: score a checkpoint, with error bars.
+
+Writes RESULTS/results.json (every score with n, standard error and a 95% interval, and the full
+reporting line of spec 001-data-eval §A11/§F: task, prompt format, shots, normalization, decoding
+settings, seed, llmctl version), RESULTS/samples.parquet (one row per item, so two runs can be
+compared paired: `llmctl eval compare A B`) and a manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from llmctl import __version__
+from llmctl.artifacts.checkpoint import load_model
+from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
+from llmctl.artifacts.tokens import TokenDataset
+from llmctl.errors import UsageError
+from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths
+from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
+from llmctl.eval.score import argmax_first, encode_pair, normalized_scores, score_items
+from llmctl.eval.tasks import GenScoring, MCItem, TaskSpec, fewshot_prefix, gen_prompt, load_items
+from llmctl.model.generate import Engine, SamplingParams
+from llmctl.runtime.progress import Progress
+
+NORMS = ("none", "per_token", "per_char", "pmi")
+PMI_CONTEXT = "Answer:"  # ln P(o | "Answer:") is what pmi subtracts (§A10)
+
+
+@dataclass
+class EvalConfig:
+    shots: int = 0
+    seed: int = 0
+    limit: int | None = None  # first N items of each task
+    norm: str = "per_char"  # the normalization of the headline mc accuracy (all four are reported)
+    batch_tokens: int = 4096  # tokens per scoring forward pass
+    samples: int = 1  # generations per generative item
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    extract: str = "after_hash"  # answer extraction: after_hash | last_number | boxed
+    pass_k: list[int] = field(default_factory=lambda: [1])
+    batch_size: int = 16  # sequences per generation batch
+    device: str = "auto"
+
+    def check(self) -> None:
+        if self.norm not in NORMS:
+            raise UsageError(f"--norm must be one of {', '.join(NORMS)}")
+        if self.extract not in ("after_hash", "last_number", "boxed"):
+            raise UsageError("--extract must be after_hash, last_number or boxed")
+        if self.samples < 1 or any(k < 1 or k > self.samples for k in self.pass_k):
+            raise UsageError(f"--pass-k values must lie in 1..--samples ({self.samples})")
+        if self.temperature == 0 and self.samples > 1:
+            raise UsageError("greedy decoding gives the same answer every time: use --temperature > 0 with --samples > 1")
+
+
+class Evaluator:
+    def __init__(self, checkpoint: str, cfg: EvalConfig, progress: Progress | None = None):
+        cfg.check()
+        from llmctl.train.distributed import pick_device
+
+        self.cfg, self.progress = cfg, progress or Progress()
+        self.model, self.ckpt = load_model(checkpoint, pick_device(cfg.device))
+        if self.ckpt.tokenizer_file is None:
+            raise UsageError(f"{self.ckpt.path} has no tokenizer.json: cannot turn task text into tokens")
+        from tokenizers import Tokenizer
+
+        self.tok = Tokenizer.from_file(str(self.ckpt.tokenizer_file))
+        self.eos_id = self.tok.token_to_id("<|endoftext|>")
+        self.eos_id = 0 if self.eos_id is None else self.eos_id
+
+    def encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=False)
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def run_task(self, spec: TaskSpec) -> tuple[dict, list[dict]]:
+        if spec.kind == "loss":
+            return self._loss(spec)
+        items = load_items(spec, self.cfg.limit)
+        if isinstance(items[0], MCItem):
+            return self._multiple_choice(spec, items)
+        return self._generative(spec, items)
+
+    def _loss(self, spec: TaskSpec) -> tuple[dict, list[dict]]:
+        data = TokenDataset(spec.path)
+        seq_len = self.model.cfg.max_seq_len
+        token_bytes = token_byte_lengths(self.ckpt.tokenizer_file, self.model.cfg.padded_vocab)
+        self.progress.start(None, description=spec.name)
+        sums = evaluate_loss(self.model, data, seq_len, token_bytes, device=self.device, keep_windows=True)
+        self.progress.finish()
+        s = summarize(sums)
+        windows = sums.pop("windows")
+        bpw = [nats / (math.log(2) * b) for nats, b in windows if b]
+        metrics = {"bits_per_byte": {**summarize_scores(bpw), "mean": s["bits_per_byte"], "pooled": True},
+                   "loss": {"value": s["loss"], "n": s["tokens"]}, "perplexity": {"value": s["perplexity"], "n": s["tokens"]}}
+        reporting = {"windows": len(windows), "seq_len": seq_len, "tokens": s["tokens"], "bytes": s["bytes"]}
+        samples = [{"task": spec.name, "item": i, "score": v} for i, v in enumerate(bpw)]
+        return {"kind": "loss", "file": spec.path, "n": len(bpw), "metrics": metrics, "reporting": reporting}, samples
+
+    def _multiple_choice(self, spec: TaskSpec, items: list[MCItem]) -> tuple[dict, list[dict]]:
+        c = self.cfg
+        requests, uncond = [], []
+        for i, item in enumerate(items):
+            prefix = fewshot_prefix(items, i, c.shots, c.seed)
+            requests.append([encode_pair(self.encode, prefix + ctx, cont, self.eos_id) for ctx, cont in item.pairs])
+            uncond.append([encode_pair(self.encode, PMI_CONTEXT, cont, self.eos_id) for _, cont in item.pairs])
+        self.progress.start(2 * len(items), description=spec.name)
+        scored = score_items(self.model, requests, c.batch_tokens, on_batch=self.progress.advance)
+        base = score_items(self.model, uncond, c.batch_tokens, on_batch=self.progress.advance)
+        self.progress.finish()
+        samples, per_norm = [], {n: [] for n in NORMS}
+        for i, (item, res, res0) in enumerate(zip(items, scored, base)):
+            values = normalized_scores([lp for lp, _ in res], [n for _, n in res],
+                                       [len(cont) for _, cont in item.pairs], [lp0 for lp0, _ in res0])
+            row = {"task": spec.name, "item": i, "label": item.label}
+            for norm, v in values.items():
+                pred = argmax_first(v)
+                row[f"pred_{norm}"] = pred
+                row[f"acc_{norm}"] = float(pred == item.label)
+                per_norm[norm].append(row[f"acc_{norm}"])
+            row["score"] = row[f"acc_{c.norm}"]
+            row["logprobs"] = json.dumps([round(lp, 6) for lp, _ in res])
+            samples.append(row)
+        metrics = {"acc": summarize_scores(per_norm[c.norm])}
+        metrics.update({f"acc_{n}": summarize_scores(v) for n, v in per_norm.items()})
+        reporting = {"formulation": "cloze" if spec.kind != "mmlu" else "multiple-choice letters",
+                     "shots": c.shots, "seed": c.seed, "normalization": c.norm,
+                     "normalizations": {"none": "ln P(o|x)", "per_token": "ln P(o|x)/tokens(o)",
+                                        "per_char": "ln P(o|x)/chars(o)", "pmi": f'ln P(o|x) - ln P(o|"{PMI_CONTEXT}")'}}
+        return {"kind": spec.kind, "file": spec.path, "n": len(items), "metrics": metrics, "reporting": reporting}, samples
+
+    def _generative(self, spec: TaskSpec, items) -> tuple[dict, list[dict]]:
+        from llmctl.eval.tasks import GSM8K_STOP
+
+        c = self.cfg
+        scoring = GenScoring(extract=c.extract)
+        params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k,
+                                top_p=c.top_p, seed=c.seed, stop=GSM8K_STOP)
+        engine = Engine(self.model, self.encode, self.decode, self.eos_id, pad_id=self.eos_id, batch_size=c.batch_size)
+        prompts = [gen_prompt(spec.kind, item, fewshot_prefix(items, i, c.shots, c.seed)) for i, item in enumerate(items)]
+        self.progress.start(len(items), description=spec.name)
+        outputs = []
+        for i in range(0, len(prompts), c.batch_size):
+            chunk = [p for p in prompts[i : i + c.batch_size] for _ in range(c.samples)]
+            outputs += engine.generate(chunk, params)
+            self.progress.advance(min(c.batch_size, len(prompts) - i))
+        self.progress.finish()
+        samples, acc, truncated = [], [], 0
+        pass_at = {k: [] for k in c.pass_k}
+        maj = []
+        for i, item in enumerate(items):
+            gens = outputs[i * c.samples : (i + 1) * c.samples]
+            answers = [scoring.answer(g.text) for g in gens]
+            correct = sum(a == item.target for a in answers)
+            truncated += sum(g.truncated for g in gens)
+            acc.append(correct / c.samples)
+            for k in c.pass_k:
+                pass_at[k].append(pass_at_k(c.samples, correct, k))
+            vote, _ = majority_vote(answers)
+            maj.append(float(vote == item.target))
+            samples.append({"task": spec.name, "item": i, "score": correct / c.samples, "target": item.target,
+                            "prediction": answers[0], "correct": correct, "samples": c.samples,
+                            "completion": gens[0].text, "finish": gens[0].finish})
+        metrics = {"acc": summarize_scores(acc, k_samples=c.samples if c.samples > 1 else None)}
+        if c.samples > 1:
+            metrics.update({f"pass@{k}": summarize_scores(v) for k, v in pass_at.items()})
+            metrics[f"maj@{c.samples}"] = summarize_scores(maj)
+        reporting = {"prompt_format": "Question: {question}\\nAnswer:" if spec.kind == "gsm8k" else "{prompt}",
+                     "shots": c.shots, "seed": c.seed, "decoding": params.describe(), "samples_per_item": c.samples,
+                     "answer_extraction": f"{c.extract}, else last_number; numbers canonicalized",
+                     "truncated_generations": truncated}
+        return {"kind": spec.kind, "file": spec.path, "n": len(items), "metrics": metrics, "reporting": reporting}, samples
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+
+def run_eval(checkpoint: str, tasks: list[TaskSpec], out: Path, cfg: EvalConfig,
+             progress: Progress | None = None, overwrite: bool = False) -> Manifest:
+    if not tasks:
+        raise UsageError("no --task given (e.g. --task mc:examples/tasks/cloze.jsonl)")
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UsageError(f"{out} is not empty (pass --overwrite)")
+    started = time.perf_counter()
+    ev = Evaluator(checkpoint, cfg, progress)
+    results, samples = {}, []
+    torch.manual_seed(cfg.seed)
+    for spec in tasks:
+        if spec.name in results:
+            raise UsageError(f"task {spec.name} given twice")
+        results[spec.name], rows = ev.run_task(spec)
+        samples += rows
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"checkpoint": str(ev.ckpt.path), "step": ev.ckpt.trainer_state.get("step"), "llmctl_version": __version__,
+           "config": asdict(cfg), "tasks": results}
+    (out / "results.json").write_text(json.dumps(doc, indent=2, default=float) + "\n")
+    pq.write_table(pa.Table.from_pylist(samples), out / "samples.parquet")
+    counts = {name: {k: round(v.get("mean", v.get("value", 0.0)), 6) for k, v in r["metrics"].items()} for name, r in results.items()}
+    m = Manifest(kind="eval", stage="eval", config=asdict(cfg), inputs=[input_ref(ev.ckpt.path)] +
+                 [input_ref(t.path) for t in tasks], outputs=[], counts=counts,
+                 wall_seconds=round(time.perf_counter() - started, 3))
+    write_manifest(out, m)
+    return m
