@@ -1,0 +1,89 @@
+"""Rollouts: G sampled completions per prompt from the shared generation engine, scored by a verifier.
+
+A completion cut at max_new_tokens is `truncated`; by default it is masked out of the loss (DAPO's
+overlong filtering, spec 001-posttrain-rl §A5: "masked truncation"), with `--truncated zero` it
+keeps reward 0. A verifier's infrastructure failure is also masked, never scored 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from llmctl.model.generate import Engine, Generation, SamplingParams
+
+PLAIN_FORMAT = "Question: {prompt}\nAnswer:"
+PLAIN_STOP = ("\n\nQuestion:", "Question:", "\n\n")
+
+
+@dataclass
+class Sample:
+    prompt_index: int
+    group: int
+    prompt_ids: list[int]
+    completion_ids: list[int]  # what is trained on: the generated ids, plus the end id when the model stopped
+    text: str
+    reward: float
+    correct: bool | None
+    masked: bool  # out of the loss: truncated (mask mode) or unverifiable
+    truncated: bool
+    advantage: float = 0.0
+
+
+class Prompter:
+    """How a prompt becomes ids: the chat template for SFT/RL checkpoints, a plain Q/A format else."""
+
+    def __init__(self, tokenizer_json: Path, chat: bool, encode, decode, eos_id: int):
+        self.chat = chat
+        self.encode, self.decode = encode, decode
+        if chat:
+            from llmctl.data.chat import ChatTemplate
+
+            self.template = ChatTemplate(tokenizer_json)
+            self.stop_id, self.stop = self.template.end_id, ()
+        else:
+            self.template = None
+            self.stop_id, self.stop = eos_id, PLAIN_STOP
+
+    def ids(self, prompt: str) -> list[int]:
+        if self.template is not None:
+            return self.template.prompt_ids([{"role": "user", "content": prompt}])
+        return self.encode(PLAIN_FORMAT.format(prompt=prompt))
+
+    def engine(self, model, batch_size: int) -> Engine:
+        return Engine(model, self.encode, self.decode, eos_id=self.stop_id, pad_id=0, batch_size=batch_size)
+
+
+def sample_groups(engine: Engine, prompter: Prompter, prompts: list[dict], indices: list[int], G: int,
+                  params: SamplingParams, verifier, truncated: str) -> list[list[Sample]]:
+    """One group of G samples for each prompt in `indices` (prompts[i] = {prompt, reference})."""
+    ids = [prompter.ids(prompts[i]["prompt"]) for i in indices]
+    gens: list[Generation] = engine.generate([p for p in ids for _ in range(G)], params)
+    groups = []
+    for g, i in enumerate(indices):
+        group = []
+        for gen in gens[g * G : (g + 1) * G]:
+            verdict = verifier.verify(gen.text, prompts[i]["reference"])
+            is_trunc = gen.truncated
+            masked = verdict.masked or (is_trunc and truncated == "mask")
+            reward = 0.0 if (is_trunc and truncated == "zero") else float(verdict.reward)
+            completion = gen.ids + ([prompter.stop_id] if gen.finish == "eos" else [])
+            group.append(Sample(i, g, gen.prompt_ids, completion, gen.text, reward, verdict.correct, masked, is_trunc))
+        groups.append(group)
+    return groups
+
+
+def sequence_batch(samples: list[Sample], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (inputs, targets, response mask) for a list of samples: targets are the next
+    tokens, -100 outside the completion; the mask is 1 where a completion token is predicted."""
+    seqs = [s.prompt_ids + s.completion_ids for s in samples]
+    width = max(len(s) for s in seqs) - 1
+    inputs = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    targets = torch.full((len(seqs), width), -100, dtype=torch.long)
+    for r, (s, seq) in enumerate(zip(samples, seqs)):
+        inputs[r, : len(seq) - 1] = torch.tensor(seq[:-1])
+        start = len(s.prompt_ids) - 1  # logits at this position predict the first completion token
+        targets[r, start : len(seq) - 1] = torch.tensor(seq[start + 1 :])
+    return inputs, targets, (targets != -100).float()
