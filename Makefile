@@ -65,7 +65,7 @@ demo: setup
 	$(MAKE) --no-print-directory pipeline WARC='$(CRAWL)' OUT=out/demo
 	$(LLMCTL) tokenize report out/demo/tokenizer --sample out/demo/dedup
 
-pipeline: setup $(OUT)/run/manifest.json
+pipeline: setup $(OUT)/eval/manifest.json
 
 # crawl-extract: WARC -> docs. The summary table shows every skip reason.
 $(OUT)/docs/manifest.json: $(WARCS) $(wildcard stages/crawl-extract/$(EXTRACT_CONFIG).toml stages/crawl-extract/lists/*) | $(STAMP) $(LANGID)
@@ -93,6 +93,13 @@ $(OUT)/tokens/%/manifest.json: $(OUT)/dedup/manifest.json $(OUT)/tokenizer/manif
 $(OUT)/run/manifest.json: $(OUT)/tokens/train/manifest.json $(OUT)/tokens/val/manifest.json stages/train/$(TRAIN_CONFIG).toml
 	$(LLMCTL) train $(OUT)/tokens/train --val $(OUT)/tokens/val -o $(OUT)/run --config $(TRAIN_CONFIG) --overwrite
 	$(LLMCTL) plot $(OUT)/run -o $(OUT)/run/plots
+
+# eval: validation bits per byte, the held-out cloze task and greedy accuracy on the arithmetic
+# problems (examples/tasks/, never in the crawl), each with n, its standard error and a 95% interval.
+TASKS := examples/tasks
+$(OUT)/eval/manifest.json: $(OUT)/run/manifest.json $(TASKS)/cloze.jsonl $(TASKS)/arithmetic.jsonl
+	$(LLMCTL) eval $(OUT)/run -o $(OUT)/eval --overwrite -t loss:$(OUT)/tokens/val -t mc:$(TASKS)/cloze.jsonl \
+		-t gsm8k:$(TASKS)/arithmetic.jsonl --max-new-tokens 64
 
 # Regenerate the example crawl (committed; byte-identical on every run).
 crawl:

@@ -190,19 +190,24 @@ def test_nan_guard_counts_skips_then_aborts(tokens, tmp_path):
     assert [r.get("skipped", False) for r in recs][-3:] == [True, True, True]
 
 
-def test_ddp_two_processes_match_one(tokens, tmp_path):
-    """2 gloo ranks with the same global batch follow the single-process loss curve."""
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_two_processes_match_one(tokens, tmp_path, sharding):
+    """2 gloo ranks (DDP, or FSDP2 with --fsdp) with the same global batch follow the
+    single-process loss curve, and the checkpoint holds the full (unsharded) weights."""
     one, two = tmp_path / "one", tmp_path / "two"
     args = ["train", str(tokens / "train"), *map(str, SMALL), "--max-tokens", "2560", "-q"]
     llmctl(*args, "-o", one, check=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        "-m", "llmctl", *args, "-o", str(two)], capture_output=True, env=env, timeout=300)
+                        "-m", "llmctl", *args, "-o", str(two), *(["--fsdp"] if sharding == "fsdp" else [])],
+                       capture_output=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr.decode()[-2000:]
     a, b = step_losses(one), step_losses(two)
     assert [s for s, _ in a] == [s for s, _ in b]
     assert max(abs(x - y) for (_, x), (_, y) in zip(a, b)) < 1e-4
     assert json.loads((two / "config.json").read_text())["world_size"] == 2
+    full = load_checkpoint(one).tensors
+    assert {k: v.shape for k, v in load_checkpoint(two).tensors.items()} == {k: v.shape for k, v in full.items()}
 
 
 def test_export_loads_in_transformers_with_equal_logits(tokens, tmp_path):

@@ -545,9 +545,13 @@ def tokenize_report(
 
 @app.command()
 def train(
-    tokens: Annotated[str, typer.Argument(help="Tokens artifact to train on (`llmctl tokenize` output).")],
-    output: Annotated[str, typer.Option("--output", "-o", help="Run directory: config.json, metrics.jsonl, checkpoints/.")],
+    tokens: Annotated[Optional[str], typer.Argument(help="Tokens artifact to train on (`llmctl tokenize` output); omitted with --sft.")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="Run directory: config.json, metrics.jsonl, checkpoints/.")] = "",
     config: Annotated[Optional[str], typer.Option("--config", "-c", help="Preset under stages/train/ (tiny, small, gpt2-124m, fineweb-0.5b) or a .toml with model and train tables.")] = "tiny",
+    sft: Annotated[Optional[str], typer.Option("--sft", help="Supervised fine-tuning on conversations (JSONL/Parquet: messages, GSM8K question/answer, or prompt/answer): loss on assistant tokens only, packed rows.")] = None,
+    init: Annotated[Optional[str], typer.Option("--init", help="With --sft: start from this checkpoint (its architecture and tokenizer).")] = None,
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="With --sft and no --init: tokenizer.json of the fresh model (needs the chat tokens).")] = None,
+    val_fraction: Annotated[float, typer.Option("--val-fraction", help="With --sft: share of conversations held out for validation loss (seeded).")] = 0.0,
     val: Annotated[Optional[str], typer.Option("--val", help="Held-out tokens artifact for validation loss and bits per byte.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint (same batches, same losses).")] = False,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Length of the run in tokens; the schedule spans it.")] = None,
@@ -571,9 +575,19 @@ def train(
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """Pretrain the Llama-style decoder on token shards; under torchrun the same command runs DDP."""
+    """Pretrain the Llama-style decoder on token shards, or fine-tune it on conversations with --sft;
+    under torchrun the same command runs DDP."""
     from llmctl.console import TrainStatus
     from llmctl.train.trainer import load_run_config, run_train
+
+    if not output:
+        raise UsageError("train: missing option --output/-o")
+    if (tokens is None) == (sft is None):
+        raise UsageError("train: give a tokens artifact, or --sft CHATS (not both)")
+    if sft is None and (init or tokenizer or val_fraction):
+        raise UsageError("train: --init, --tokenizer and --val-fraction go with --sft")
+    if init and any(x.strip().startswith("model.") for x in set_ or []):
+        raise UsageError("train: --init fixes the architecture; --set model.* cannot change it")
 
     quiet, as_json = _flags(quiet, json_)
     flags = dict(max_tokens=max_tokens, max_steps=max_steps, lr=lr, batch_tokens=batch_tokens, micro_batch=micro_batch,
@@ -583,8 +597,14 @@ def train(
     model_cfg, cfg = load_run_config(config, flags, set_ or [])
     status = TrainStatus(quiet or int(os.environ.get("RANK", "0")) != 0)
     try:
-        m = run_train(Path(tokens), Path(output), model_cfg, cfg, val=Path(val) if val else None, resume=resume,
-                      overwrite=overwrite, on_step=status.step, on_log=status.log)
+        kw = dict(val=Path(val) if val else None, resume=resume, overwrite=overwrite, on_step=status.step, on_log=status.log)
+        if sft is not None:
+            from llmctl.train.sft import run_sft
+
+            m = run_sft(Path(sft), Path(output), model_cfg, cfg, init=Path(init) if init else None,
+                        tokenizer=Path(tokenizer) if tokenizer else None, val_fraction=val_fraction, **kw)
+        else:
+            m = run_train(Path(tokens), Path(output), model_cfg, cfg, **kw)
     finally:
         status.finish()
     if int(os.environ.get("RANK", "0")) == 0:
@@ -603,6 +623,20 @@ def export(
     out = export_hf(checkpoint, Path(output))
     if not _flags(quiet, False)[0]:
         err.print(f"exported to {out} (load with transformers.AutoModelForCausalLM.from_pretrained)", markup=False)
+
+
+@app.command("import")
+def import_cmd(
+    hf_dir: Annotated[str, typer.Argument(help="A Hugging Face LlamaForCausalLM directory: config.json, model.safetensors (or sharded with its index), tokenizer.json.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Checkpoint directory (step-000000/ and latest); eval, generate, rl and train --init read it.")],
+    quiet: Quiet = False,
+) -> None:
+    """Bring in a released Llama-architecture model as an llmctl checkpoint (the inverse of export)."""
+    from llmctl.model.export import import_hf
+
+    path = import_hf(hf_dir, Path(output))
+    if not _flags(quiet, False)[0]:
+        err.print(f"imported to {path}", markup=False)
 
 
 @app.command()
@@ -857,6 +891,65 @@ def generate(
     for i, g in enumerate(gens):
         typer.echo(f"--- {prompt[i // n]!r} [{g.finish}, {len(g.ids)} tokens]")
         typer.echo(prompt[i // n] + g.text)
+
+
+# ---------------------------------------------------------------------------------------------
+# rl
+
+
+@app.command()
+def rl(
+    checkpoint: Annotated[str, typer.Argument(help="Starting checkpoint (an SFT model, a run dir, or an imported HF model).")],
+    prompts: Annotated[str, typer.Option("--prompts", help="Prompts with checkable answers: {prompt, answer} JSONL/Parquet or GSM8K native.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Run directory: config.json, metrics.jsonl, rollouts/, checkpoints/.")],
+    config: Config = "arith",
+    eval_prompts: Annotated[Optional[str], typer.Option("--eval", help="Held-out prompts: greedy accuracy with its interval every --eval-every steps.")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Optimizer steps.")] = None,
+    group_size: Annotated[Optional[int], typer.Option("--group-size", "-G", help="Samples per prompt.")] = None,
+    prompts_per_step: Annotated[Optional[int], typer.Option("--prompts-per-step", help="Groups per step.")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Completion budget; longer samples are truncated.")] = None,
+    lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate.")] = None,
+    adv_std: Annotated[Optional[str], typer.Option("--adv-std", help="Advantage scale: group (GRPO), group-bessel (verl), batch, none (Dr. GRPO).")] = None,
+    clip_low: Annotated[Optional[float], typer.Option("--clip-low", help="ε_low of the ratio clip.")] = None,
+    clip_high: Annotated[Optional[float], typer.Option("--clip-high", help="ε_high (DAPO clip-higher: 0.28).")] = None,
+    loss_agg: Annotated[Optional[str], typer.Option("--loss-agg", help="seq-mean-token-mean (GRPO), token-mean (DAPO), seq-sum-const (Dr. GRPO).")] = None,
+    kl: Annotated[Optional[str], typer.Option("--kl", help="KL to the frozen start model: none, k2, k3.")] = None,
+    kl_coef: Annotated[Optional[float], typer.Option("--kl-coef", help="Weight of the KL term.")] = None,
+    epochs: Annotated[Optional[int], typer.Option("--epochs", help="μ: optimizer passes over each batch (old log-probs kept).")] = None,
+    dynamic_sampling: Annotated[Optional[bool], typer.Option("--dynamic-sampling/--no-dynamic-sampling", help="Drop groups whose rewards are all equal and draw more prompts.")] = None,
+    truncated: Annotated[Optional[str], typer.Option("--truncated", help="Samples cut at --max-new-tokens: mask (out of the loss) or zero (reward 0).")] = None,
+    verifier: Annotated[Optional[str], typer.Option("--verifier", help="math, exact, regex or python.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Prompt order and sampling seed.")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint.")] = False,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """GRPO (and Dr. GRPO / DAPO variants) on verifiable rewards, with the shared generation engine."""
+    from llmctl.config import build_config
+    from llmctl.rl.trainer import RLConfig, run_rl
+
+    quiet, as_json = _flags(quiet, json_)
+    flags = dict(steps=steps, group_size=group_size, prompts_per_step=prompts_per_step, max_new_tokens=max_new_tokens, lr=lr,
+                 adv_std=adv_std, clip_low=clip_low, clip_high=clip_high, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
+                 epochs=epochs, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, seed=seed, device=device)
+    cfg = build_config(RLConfig, "rl", config, flags)
+
+    def show(rec: dict) -> None:
+        if quiet:
+            return
+        ev = rec.get("eval")
+        line = (f"step {rec['step']}/{cfg.steps}  reward {rec['reward_mean']:.3f}  acc {rec['accuracy']:.3f}  "
+                f"len {rec['response_length']:.0f}  zero-var {rec['zero_variance_share']:.2f}  "
+                f"gen {rec['generate_s']:.1f}s train {rec['train_s']:.1f}s")
+        if ev:
+            line += f"  held-out {ev['mean']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}]"
+        err.print(line, markup=False, highlight=False)
+
+    m = run_rl(checkpoint, prompts, Path(output), cfg, eval_file=eval_prompts, resume=resume, overwrite=overwrite,
+               on_step=show, on_log=lambda msg: None if quiet else err.print(msg, markup=False, highlight=False))
+    report(m, output, quiet, as_json, rate_key="steps")
 
 
 # ---------------------------------------------------------------------------------------------
