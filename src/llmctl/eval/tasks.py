@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from llmctl.errors import UsageError
@@ -180,12 +180,12 @@ def gen_prompt(kind: str, item: GenItem, prefix: str) -> str:
 
 @dataclass
 class GenScoring:
+    """How a generated answer is read: the rl `math` verifier's reader, so training rewards and
+    eval scores come from one checker (spec 001-posttrain-rl §A5)."""
     extract: str = "after_hash"  # after_hash | last_number | boxed
     fallback: str | None = "last_number"  # used when the main rule finds nothing
-    notes: list[str] = field(default_factory=list)
 
     def answer(self, text: str) -> str | None:
-        got = extract_answer(text, self.extract)
-        if got is None and self.fallback:
-            got = extract_answer(text, self.fallback)
-        return canonical_number(got) if got is not None else None
+        from llmctl.rl.rewards import math_answer
+
+        return math_answer(text, (self.extract,) + ((self.fallback,) if self.fallback else ()))
