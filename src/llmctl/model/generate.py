@@ -46,6 +46,23 @@ class Generation:
         return self.finish == "length"
 
 
+SMALL_DECODE_WORK = 2e8  # parameters × batch below which a decode step runs on one CPU thread
+
+
+class _cpu_threads:
+    def __init__(self, n: int | None):
+        self.n, self.old = n, None
+
+    def __enter__(self):
+        if self.n:
+            self.old = torch.get_num_threads()
+            torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        if self.old:
+            torch.set_num_threads(self.old)
+
+
 class KVCache:
     """Keys and values of one layer for a batch: (B, h_kv, capacity, d_h), filled up to `length`."""
 
@@ -90,6 +107,19 @@ class Engine:
         return next(self.model.parameters()).device
 
     def generate(self, prompts: Sequence[str | list[int]], params: SamplingParams, use_cache: bool = True) -> list[Generation]:
+        with _cpu_threads(self._decode_threads()):
+            return self._generate(prompts, params, use_cache)
+
+    def _decode_threads(self) -> int | None:
+        """One CPU thread when a decode step's matmuls are too small to split: on a small model
+        the threads' synchronization costs more than the work (and on a loaded machine a
+        descheduled thread stalls every op — measured 20× slower with 2 threads under load)."""
+        if self.device.type != "cpu":
+            return None
+        work = self.model.cfg.n_params() * self.batch_size  # ~FLOPs/2 of one decode step
+        return 1 if work < SMALL_DECODE_WORK else None
+
+    def _generate(self, prompts, params: SamplingParams, use_cache: bool) -> list[Generation]:
         ids = [p if isinstance(p, list) else self.encode(p) for p in prompts]
         gen = torch.Generator(device="cpu").manual_seed(params.seed)
         out: list[Generation] = []
