@@ -9,6 +9,11 @@ would have seen, and on CPU its losses are bitwise the same.
 
 A run directory holds config.json (resolved), metrics.jsonl (one object per step, plus "val"
 records), checkpoints/ (DESIGN §2) and, when the run completes, manifest.json.
+
+With `sft` (train/sft.py) the same loop fine-tunes on packed conversations instead of token
+windows: micro-batches carry a block-diagonal mask and restarted positions, the loss is the summed
+assistant-token NLL over the global batch's assistant-token count, validation runs on held-out
+conversations, and checkpoints are marked `"chat": true`.
 """
 
 from __future__ import annotations
@@ -139,18 +144,32 @@ class Trainer:
     def __init__(self, tokens: Path, out: Path, model_cfg: ModelConfig, cfg: TrainConfig,
                  val: Path | None = None, resume: bool = False, overwrite: bool = False,
                  on_step: Callable[[StepStats], None] | None = None,
-                 on_log: Callable[[str], None] | None = None):
+                 on_log: Callable[[str], None] | None = None, sft=None):
         cfg.check()
         self.cfg, self.out = cfg, Path(out)
         self.on_step, self.on_log = on_step or (lambda s: None), on_log or (lambda m: None)
-        self.train_data = TokenDataset(tokens)
-        self.val_data = TokenDataset(val) if val else None
-        if model_cfg.vocab_size != self.train_data.vocab_size:
-            model_cfg = ModelConfig.from_dict({**model_cfg.to_dict(), "vocab_size": self.train_data.vocab_size})
+        self.sft = None  # SFTData in SFT mode (then `tokens` is the chats file)
+        self.init = None  # SFT: a checkpoint whose weights start the run
+        if sft is not None:
+            from llmctl.train.sft import SFTData
+
+            if val:
+                raise UsageError("--sft holds out --val-fraction of the conversations; --val is for pretraining")
+            self.sft, self.init = SFTData(sft, cfg.seq_len, cfg.seed, self.on_log), sft.init
+            self.train_data = self.val_data = None
+            vocab = self.sft.vocab_size
+            if self.init is not None and vocab > model_cfg.padded_vocab:
+                raise UsageError(f"--init: the tokenizer's {vocab} ids do not fit the model's {model_cfg.padded_vocab}")
+        else:
+            self.train_data = TokenDataset(tokens)
+            self.val_data = TokenDataset(val) if val else None
+            vocab = self.train_data.vocab_size
+        if model_cfg.vocab_size != vocab and self.init is None:
+            model_cfg = ModelConfig.from_dict({**model_cfg.to_dict(), "vocab_size": vocab})
         if cfg.seq_len > model_cfg.max_seq_len:
             model_cfg = ModelConfig.from_dict({**model_cfg.to_dict(), "max_seq_len": cfg.seq_len})
         self.model_cfg = model_cfg
-        self.tokenizer_file = self._tokenizer_file()
+        self.tokenizer_file = self.sft.opts.tokenizer if self.sft else self._tokenizer_file()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.dist = distributed.init(cfg.device)
@@ -203,6 +222,10 @@ class Trainer:
             state = ck.trainer_state
             if "rng" in state:
                 _set_rng_state(state["rng"])
+        elif self.init is not None:  # SFT from a pretrained checkpoint
+            init = ckpt_io.load_checkpoint(self.init)
+            ckpt_io.load_weights(model, init.tensors, init.path)
+            self.on_log(f"initialized from {init.path}")
         model = distributed.wrap(model, self.dist, self.cfg.fsdp)
         opt = make_optimizer(model, self.cfg.lr, self.cfg.weight_decay, (self.cfg.beta1, self.cfg.beta2), self.cfg.eps)
         if ck is not None and (optim_state := ck.optimizer_state()) is not None:
@@ -236,11 +259,13 @@ class Trainer:
         if d.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             self._truncate_metrics(state["step"])
+            data = self.sft.describe() if self.sft else {
+                "tokens": str(self.train_data.path), "val": str(self.val_data.path) if self.val_data else None}
             (self.out / "config.json").write_text(json.dumps({
-                "model": self.model_cfg.to_dict(), "train": asdict(c), "tokens": str(self.train_data.path),
-                "val": str(self.val_data.path) if self.val_data else None, "world_size": d.world,
+                "model": self.model_cfg.to_dict(), "train": asdict(c), **data, "world_size": d.world,
                 "n_params": self.model_cfg.n_params(), "llmctl_version": __version__}, indent=2) + "\n")
-        loader = PackedBatches(self.train_data, c.seq_len, c.seed)
+        loader = self.sft.batches(c.seed) if self.sft else PackedBatches(self.train_data, c.seq_len, c.seed)
+        has_val = self.val_data is not None or (self.sft is not None and self.sft.val is not None)
         token_bytes = token_byte_lengths(self.tokenizer_file, self.model_cfg.padded_vocab) if self.tokenizer_file else None
         flops_per_token = self.model_cfg.flops_per_token(c.seq_len)
         self.unigram_bpb = None
@@ -266,7 +291,7 @@ class Trainer:
                 lr = self.lr(state["tokens"] + c.batch_tokens)
                 for g in opt.param_groups:
                     g["lr"] = lr
-                ce, max_logit = self._accumulate(model, loader, step)
+                ce, max_logit, loss_tokens = self._accumulate(model, loader, step)
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, c.grad_clip, foreach=True)
                 ce, = distributed.all_reduce_sum([ce], d)
                 ce /= d.world
@@ -291,6 +316,8 @@ class Trainer:
                     "mfu": round(tps * flops_per_token / (d.world * peak), 5) if peak else None,
                     "max_logit": max_logit, "step_seconds": round(dt, 4),
                 }
+                if self.sft:  # loss is per assistant token; how many the step had
+                    rec["loss_tokens"] = int(loss_tokens)
                 if not finite:
                     rec["skipped"] = True
                 elif len(recent) >= max(10, c.spike_window // 2):
@@ -300,7 +327,7 @@ class Trainer:
                 if finite:
                     recent.append(ce)
                 val = None
-                if self.val_data is not None and (state["step"] == last_step or (c.eval_every and state["step"] % c.eval_every == 0)):
+                if has_val and (state["step"] == last_step or (c.eval_every and state["step"] % c.eval_every == 0)):
                     val = self._validate(model, token_bytes)
                     last_val = val
                 if metrics:
@@ -331,11 +358,15 @@ class Trainer:
         keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
         path.write_text("".join(line + "\n" for line in keep))
 
-    def _accumulate(self, model, loader: PackedBatches, step: int) -> tuple[float, float]:
-        """Forward/backward over this rank's micro-batches; returns (mean CE, max logit)."""
+    def _accumulate(self, model, loader: PackedBatches, step: int) -> tuple[float, float, float | None]:
+        """Forward/backward over this rank's micro-batches; returns (mean CE, max logit, global
+        loss-token count in SFT mode). The CE is this rank's share: its sum over ranks / world is
+        the global batch's."""
         c, d = self.cfg, self.dist
         per_rank = self.batch_seqs // d.world
         micro = list(loader.micro_batches(step, self.batch_seqs, c.micro_batch, d.rank, d.world))
+        if self.sft:
+            return self._accumulate_sft(model, micro)
         ce_sum, max_logit = 0.0, -math.inf
         model.train()
         for i, (x, y) in enumerate(micro):
@@ -348,10 +379,39 @@ class Trainer:
                 (loss * weight).backward()
             ce_sum += float(stats["ce"]) * weight
             max_logit = max(max_logit, float(stats["max_logit"]))
-        return ce_sum, max_logit
+        return ce_sum, max_logit, None
+
+    def _accumulate_sft(self, model, micro: list) -> tuple[float, float, float]:
+        """SFT: each micro-batch backpropagates summed NLL · world / Z, Z = the assistant-token
+        count of the whole global batch (all-reduced), so the gradient is NLL_total / Z whatever
+        the micro-batch split and rank count (spec 001-posttrain-rl §A1)."""
+        from llmctl.train.sft import sft_loss
+
+        c, d = self.cfg, self.dist
+        local = float(sum(int((y != -100).sum()) for _, y, _, _ in micro))
+        z, = distributed.all_reduce_sum([local], d)
+        scale = d.world / max(z, 1.0)
+        ce_sum, max_logit = 0.0, -math.inf
+        model.train()
+        for i, batch in enumerate(micro):
+            x, y, seg, pos = (t.to(d.device, non_blocking=True) for t in batch)
+            sync = nullcontext() if (i == len(micro) - 1 or not hasattr(model, "no_sync")) else model.no_sync()
+            with sync:
+                with self.amp:
+                    loss, nll, top = sft_loss(model, x, y, seg, pos, scale, c.z_loss)
+                loss.backward()
+            ce_sum += float(nll) * scale
+            max_logit = max(max_logit, float(top))
+        return ce_sum, max_logit, z
 
     def _validate(self, model, token_bytes) -> dict:
         d = self.dist
+        if self.sft:
+            nll, n = self.sft.validate(self._unwrapped(model), self.cfg.micro_batch, d.device, self.amp,
+                                       d.rank, d.world, max_rows=self.cfg.eval_windows)
+            nll, n = distributed.all_reduce_sum([nll, n], d)
+            loss = nll / max(n, 1.0)
+            return {"loss": round(loss, 6), "perplexity": round(math.exp(min(loss, 50.0)), 4), "tokens": int(n)}
         sums = evaluate_loss(self._unwrapped(model), self.val_data, self.cfg.seq_len,
                              token_bytes, batch_size=self.cfg.micro_batch, max_windows=self.cfg.eval_windows,
                              device=d.device, autocast=self.amp, rank=d.rank, world=d.world)
@@ -369,18 +429,28 @@ class Trainer:
             trainer_state = {**state, "rng": _rng_state(), "seed": self.cfg.seed, "lr": self.lr(state["tokens"]),
                              "schedule": self.cfg.schedule, "max_tokens": self.cfg.max_tokens,
                              "data_position": {"next_sequence": state["step"] * self.batch_seqs}}
+            if self.sft:  # eval, generate and rl read this: the model speaks the chat template
+                trainer_state.update(chat=True, chat_template=self.sft.template.name)
             ckpt_io.save_checkpoint(self.ckpt_root, state["step"], self.model_cfg, model_state, trainer_state,
                                     optimizer_state=optim_state, tokenizer_file=self.tokenizer_file, keep_last=self.cfg.keep_checkpoints)
         distributed.barrier(self.dist)
 
     def _manifest(self, state: dict, val: dict | None, wall: float) -> Manifest:
-        inputs = [input_ref(self.train_data.path)] + ([input_ref(self.val_data.path)] if self.val_data else [])
+        if self.sft:
+            inputs = self.sft.inputs()
+        else:
+            inputs = [input_ref(self.train_data.path)] + ([input_ref(self.val_data.path)] if self.val_data else [])
         counts = {"steps": state["step"], "tokens": state["tokens"], "skipped_steps": state["skipped_steps"]}
+        if self.sft:
+            counts.update(self.sft.counts())
         if val:
             counts.update({f"val_{k}": v for k, v in val.items()})
         if self.unigram_bpb is not None:
             counts["val_unigram_bits_per_byte"] = round(self.unigram_bpb, 6)
-        m = Manifest(kind="run", stage="train", config={"model": self.model_cfg.to_dict(), "train": asdict(self.cfg)},
+        config = {"model": self.model_cfg.to_dict(), "train": asdict(self.cfg)}
+        if self.sft:
+            config["sft"] = self.sft.describe()
+        m = Manifest(kind="run", stage="train", config=config,
                      inputs=inputs, outputs=[], counts=counts, wall_seconds=round(wall, 3))
         if self.dist.is_main:
             write_manifest(self.out, m)
