@@ -214,14 +214,47 @@ Workers = Annotated[Optional[int], typer.Option("--workers", "-w", min=1, help="
 ShardIndex = Annotated[int, typer.Option("--shard-index", min=0, help="Run only slice I of the work (Slurm arrays, indexed jobs).")]
 NumShards = Annotated[int, typer.Option("--num-shards", min=1, help="Number of slices the work is cut into.")]
 Strict = Annotated[bool, typer.Option("--strict", help="Fail (exit 1) on damaged input instead of skipping and counting it.")]
+Executor = Annotated[str, typer.Option("--executor", help="Where the shard tasks run: local (process pool) or ray (Ray tasks; needs the ray extra of llmctl).")]
+RayAddress = Annotated[Optional[str], typer.Option("--ray-address", help="With --executor ray: the cluster (HOST:PORT, ray://HOST:10001, auto). Default: $RAY_ADDRESS, else a Ray started for this run.")]
+CpusPerTask = Annotated[Optional[float], typer.Option("--cpus-per-task", help="With --executor ray: CPUs reserved for each shard task (default 1).")]
+MemoryPerTask = Annotated[Optional[str], typer.Option("--memory-per-task", help="With --executor ray: memory reserved for each shard task, in bytes or with K/M/G/T (e.g. 4G).")]
 
 
-def _run_options(workers, shard_index, num_shards, overwrite, strict):
-    from llmctl.runtime.stage import RunOptions
+def _bytes(value: str) -> int:
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    v = value.strip().upper().removesuffix("B").removesuffix("I")
+    try:
+        return int(float(v[:-1] if v[-1:] in units else v) * units[v[-1:] if v[-1:] in units else ""])
+    except (ValueError, IndexError):
+        raise UsageError(f"--memory-per-task takes bytes or a size like 512M or 4G, not {value!r}") from None
+
+
+def _run_options(workers, shard_index, num_shards, overwrite, strict, executor="local", ray_address=None, cpus_per_task=None, memory_per_task=None):
+    from llmctl.runtime.stage import EXECUTORS, RunOptions
 
     if shard_index >= num_shards:
         raise UsageError(f"--shard-index {shard_index} must be below --num-shards {num_shards}")
-    return RunOptions(workers=workers, shard_index=shard_index, num_shards=num_shards, overwrite=overwrite, strict=strict)
+    if executor not in EXECUTORS:
+        raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
+    ray_flags = [f for f, v in (("--ray-address", ray_address), ("--cpus-per-task", cpus_per_task), ("--memory-per-task", memory_per_task)) if v is not None]
+    if ray_flags and executor != "ray":
+        raise UsageError(f"{ray_flags[0]} needs --executor ray")
+    if cpus_per_task is not None and cpus_per_task <= 0:
+        raise UsageError("--cpus-per-task must be above 0")
+    memory = _bytes(memory_per_task) if memory_per_task is not None else None
+    if memory is not None and memory <= 0:
+        raise UsageError("--memory-per-task must be above 0")
+    return RunOptions(
+        workers=workers, shard_index=shard_index, num_shards=num_shards, overwrite=overwrite, strict=strict,
+        executor=executor, ray_address=ray_address, cpus_per_task=cpus_per_task or 1.0, memory_per_task=memory,
+    )
+
+
+def _executor(opts):
+    """One executor scope around a whole stage (one Ray connection for all of dedup's phases)."""
+    from llmctl.runtime.stage import executor_scope
+
+    return executor_scope(opts)
 
 
 def _named_exists(stage: str, name: str) -> bool:
@@ -256,6 +289,10 @@ def crawl_extract(
     num_shards: NumShards = 1,
     overwrite: Overwrite = False,
     strict: Strict = False,
+    executor: Executor = "local",
+    ray_address: RayAddress = None,
+    cpus_per_task: CpusPerTask = None,
+    memory_per_task: MemoryPerTask = None,
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
@@ -284,8 +321,9 @@ def crawl_extract(
             "keep_rejected": keep_rejected,
         },
     )
-    opts = _run_options(workers, shard_index, num_shards, overwrite, strict)
-    m = run_crawl_extract(inputs, output, cfg, opts, ConsoleProgress(quiet))
+    opts = _run_options(workers, shard_index, num_shards, overwrite, strict, executor, ray_address, cpus_per_task, memory_per_task)
+    with _executor(opts):
+        m = run_crawl_extract(inputs, output, cfg, opts, ConsoleProgress(quiet))
     report(m, output, quiet, as_json)
 
 
@@ -338,6 +376,10 @@ def filter_run(
     num_shards: NumShards = 1,
     overwrite: Overwrite = False,
     strict: Strict = False,
+    executor: Executor = "local",
+    ray_address: RayAddress = None,
+    cpus_per_task: CpusPerTask = None,
+    memory_per_task: MemoryPerTask = None,
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
@@ -348,7 +390,9 @@ def filter_run(
     quiet, as_json = _flags(quiet, json_)
     named = config or ("fineweb" if _named_exists(STAGE, "fineweb") else None)  # else the built-in FineWeb chain
     cfg = build_config(FilterConfig, STAGE, named, {"annotate_only": annotate_only, "keep_rejected": keep_rejected})
-    m = run_filter(inputs, output, cfg, _run_options(workers, shard_index, num_shards, overwrite, strict), ConsoleProgress(quiet))
+    opts = _run_options(workers, shard_index, num_shards, overwrite, strict, executor, ray_address, cpus_per_task, memory_per_task)
+    with _executor(opts):
+        m = run_filter(inputs, output, cfg, opts, ConsoleProgress(quiet))
     report(m, output, quiet, as_json, hide=("funnel", "chars_in", "chars_kept"), rate_key="in")
     if not as_json:
         report_funnel(m, quiet)
@@ -427,6 +471,10 @@ def dedup(
     workers: Workers = None,
     overwrite: Overwrite = False,
     strict: Strict = False,
+    executor: Executor = "local",
+    ray_address: RayAddress = None,
+    cpus_per_task: CpusPerTask = None,
+    memory_per_task: MemoryPerTask = None,
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
@@ -443,7 +491,9 @@ def dedup(
         config,
         {"url": url, "exact": exact, "lines": lines, "minhash": minhash, "ngram": ngram, "bands": bands, "rows": rows, "max_line_count": max_line_count, "keep": keep, "partitions": partitions, "keep_rejected": keep_rejected, "keep_work": keep_work},
     )
-    m = run_dedup(inputs, output, cfg, _run_options(workers, 0, 1, overwrite, strict), ConsoleProgress(quiet))
+    opts = _run_options(workers, 0, 1, overwrite, strict, executor, ray_address, cpus_per_task, memory_per_task)
+    with _executor(opts):  # every phase's tasks (sign, pairs, filter) go to the executor
+        m = run_dedup(inputs, output, cfg, opts, ConsoleProgress(quiet))
     report(m, output, quiet, as_json, hide=("s_curve", "clusters"), rate_key="in")
     if plot:
         from llmctl.data.dedup.plots import write_plots
@@ -480,6 +530,10 @@ def tokenize_run(
     shard_index: ShardIndex = 0,
     num_shards: NumShards = 1,
     overwrite: Overwrite = False,
+    executor: Executor = "local",
+    ray_address: RayAddress = None,
+    cpus_per_task: CpusPerTask = None,
+    memory_per_task: MemoryPerTask = None,
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
@@ -488,7 +542,9 @@ def tokenize_run(
 
     quiet, as_json = _flags(quiet, json_)
     cfg = TokenizeConfig(tokenizer=tokenizer, split=split, val_fraction=val_fraction, seed=seed)
-    m = run_tokenize(inputs, output, cfg, _run_options(workers, shard_index, num_shards, overwrite, False), ConsoleProgress(quiet))
+    opts = _run_options(workers, shard_index, num_shards, overwrite, False, executor, ray_address, cpus_per_task, memory_per_task)
+    with _executor(opts):
+        m = run_tokenize(inputs, output, cfg, opts, ConsoleProgress(quiet))
     report(m, output, quiet, as_json, rate_key="docs")
 
 
@@ -882,15 +938,20 @@ def generate(
     from llmctl.model.generate import Engine, SamplingParams
 
     ev = Evaluator(checkpoint, EvalConfig())
-    engine = Engine(ev.model, ev.encode, ev.decode, ev.eos_id, pad_id=ev.eos_id)
+    if ev.chat is not None:  # SFT/RL checkpoints: each prompt is a user turn
+        engine = Engine(ev.model, ev.encode, ev.decode, ev.chat.end_id, pad_id=ev.eos_id)
+        inputs = [ev.chat.prompt_ids([{"role": "user", "content": p}]) for p in prompt for _ in range(n)]
+    else:
+        engine = Engine(ev.model, ev.encode, ev.decode, ev.eos_id, pad_id=ev.eos_id)
+        inputs = [p for p in prompt for _ in range(n)]
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop or ())
-    gens = engine.generate([p for p in prompt for _ in range(n)], params)
+    gens = engine.generate(inputs, params)
     if _flags(False, json_)[1]:
         print_json([{"prompt": p, "completion": g.text, "finish": g.finish, "tokens": len(g.ids)} for p, g in zip([p for p in prompt for _ in range(n)], gens)])
         return
     for i, g in enumerate(gens):
         typer.echo(f"--- {prompt[i // n]!r} [{g.finish}, {len(g.ids)} tokens]")
-        typer.echo(prompt[i // n] + g.text)
+        typer.echo(g.text if ev.chat is not None else prompt[i // n] + g.text)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from llmctl.errors import UsageError
 from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.eval.score import argmax_first, encode_pair, normalized_scores, score_items
-from llmctl.eval.tasks import GenScoring, MCItem, TaskSpec, fewshot_prefix, gen_prompt, load_items
+from llmctl.eval.tasks import GenScoring, MCItem, TaskSpec, chat_messages, fewshot_prefix, gen_prompt, load_items
 from llmctl.model.generate import Engine, SamplingParams
 from llmctl.runtime.progress import Progress
 
@@ -76,6 +76,11 @@ class Evaluator:
         self.tok = Tokenizer.from_file(str(self.ckpt.tokenizer_file))
         self.eos_id = self.tok.token_to_id("<|endoftext|>")
         self.eos_id = 0 if self.eos_id is None else self.eos_id
+        self.chat = None
+        if self.ckpt.trainer_state.get("chat"):
+            from llmctl.data.chat import ChatTemplate
+
+            self.chat = ChatTemplate(self.ckpt.tokenizer_file)
 
     def encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False).ids
@@ -148,8 +153,13 @@ class Evaluator:
         scoring = GenScoring(extract=c.extract)
         params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k,
                                 top_p=c.top_p, seed=c.seed, stop=GSM8K_STOP)
-        engine = Engine(self.model, self.encode, self.decode, self.eos_id, pad_id=self.eos_id, batch_size=c.batch_size)
-        prompts = [gen_prompt(spec.kind, item, fewshot_prefix(items, i, c.shots, c.seed)) for i, item in enumerate(items)]
+        if self.chat is not None:  # a chat checkpoint answers in the assistant turn and ends it with <|end|>
+            params.stop = ()
+            engine = Engine(self.model, self.encode, self.decode, self.chat.end_id, pad_id=self.eos_id, batch_size=c.batch_size)
+            prompts = [self.chat.prompt_ids(chat_messages(items, i, c.shots, c.seed)) for i in range(len(items))]
+        else:
+            engine = Engine(self.model, self.encode, self.decode, self.eos_id, pad_id=self.eos_id, batch_size=c.batch_size)
+            prompts = [gen_prompt(spec.kind, item, fewshot_prefix(items, i, c.shots, c.seed)) for i, item in enumerate(items)]
         self.progress.start(len(items), description=spec.name)
         outputs = []
         for i in range(0, len(prompts), c.batch_size):
@@ -177,7 +187,8 @@ class Evaluator:
         if c.samples > 1:
             metrics.update({f"pass@{k}": summarize_scores(v) for k, v in pass_at.items()})
             metrics[f"maj@{c.samples}"] = summarize_scores(maj)
-        reporting = {"prompt_format": "Question: {question}\\nAnswer:" if spec.kind == "gsm8k" else "{prompt}",
+        plain = "Question: {question}\\nAnswer:" if spec.kind == "gsm8k" else "{prompt}"
+        reporting = {"prompt_format": f"chat template {self.chat.name}: user turn = the question" if self.chat else plain,
                      "shots": c.shots, "seed": c.seed, "decoding": params.describe(), "samples_per_item": c.samples,
                      "answer_extraction": f"{c.extract}, else last_number; numbers canonicalized",
                      "truncated_generations": truncated}

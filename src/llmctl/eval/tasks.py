@@ -162,14 +162,25 @@ def load_items(spec: TaskSpec, limit: int | None = None) -> list[MCItem] | list[
     return items
 
 
-def fewshot_prefix(pool: list, index: int, shots: int, seed: int) -> str:
-    """k solved examples drawn with a fixed seed from the pool, never the item itself."""
+def fewshot_indices(pool: list, index: int, shots: int, seed: int) -> list[int]:
+    """k examples drawn with a fixed seed from the pool, never the item itself."""
     if shots <= 0:
-        return ""
+        return []
     rng = random.Random(seed * 1_000_003 + index)
-    candidates = [j for j in range(len(pool)) if j != index] if pool and pool[0] is not None else []
-    chosen = rng.sample(candidates, min(shots, len(candidates)))
-    return "".join(pool[j].fewshot_text + "\n\n" for j in chosen)
+    return rng.sample([j for j in range(len(pool)) if j != index], min(shots, len(pool) - 1))
+
+
+def fewshot_prefix(pool: list, index: int, shots: int, seed: int) -> str:
+    """The k solved examples written out before the item, separated by blank lines."""
+    return "".join(pool[j].fewshot_text + "\n\n" for j in fewshot_indices(pool, index, shots, seed))
+
+
+def chat_messages(pool: list[GenItem], index: int, shots: int, seed: int) -> list[dict]:
+    """The same item for a chat model (SFT/RL checkpoints): solved examples as earlier turns."""
+    msgs = []
+    for j in fewshot_indices(pool, index, shots, seed):
+        msgs += [{"role": "user", "content": pool[j].question}, {"role": "assistant", "content": pool[j].answer}]
+    return msgs + [{"role": "user", "content": pool[index].question}]
 
 
 def gen_prompt(kind: str, item: GenItem, prefix: str) -> str:

@@ -278,7 +278,7 @@ class RLTrainer:
                    "groups_trained": len(groups), "generate_s": round(t1 - t0, 3), "score_s": round(t2 - t1, 3),
                    "train_s": round(t3 - t2, 3), "tokens_per_s": round(gen_tokens / max(1e-9, t3 - t0), 1)}
             self._write_rollouts(all_groups, self.state["step"])
-            if c.eval_every and (self.state["step"] % c.eval_every == 0 or self.state["step"] == c.steps):
+            if self.eval_prompts and c.eval_every and (self.state["step"] % c.eval_every == 0 or self.state["step"] == c.steps):
                 rec["eval"] = last_eval = self.evaluate()
             metrics.write(json.dumps(rec) + "\n")
             metrics.flush()
