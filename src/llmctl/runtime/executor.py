@@ -7,6 +7,8 @@
 - Workers report progress through a queue; the parent forwards it to one `Progress`, so the
   user sees one bar for all workers.
 - `workers=1` runs in this process: no pickling, easy to debug, same results.
+- Inside `use_backend(b)` (runtime/ray_executor.py installs one for `--executor ray`), the same
+  call hands the tasks to that backend instead; results, order and errors keep these semantics.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import multiprocessing as mp
 import os
 import queue as queue_mod
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from llmctl.errors import StageFailed
 from llmctl.runtime.progress import Progress
@@ -81,6 +85,52 @@ def _call_in_worker(fn: TaskFn, task: Task) -> TaskResult:
     return _call(fn, task, _report_to_queue)
 
 
+class Backend(Protocol):
+    """Runs tasks somewhere else (a Ray cluster) with run_tasks' contract: one TaskResult per task,
+    `on_result` in task order, a task's exception captured as its error, StageFailed when a task
+    cannot be run at all."""
+
+    def run(self, fn: TaskFn, tasks: list[Task], *, workers: int | None, progress: Progress, on_result: Callable[[TaskResult], None] | None) -> list[TaskResult]: ...
+
+
+_backend: ContextVar[Backend | None] = ContextVar("llmctl_executor_backend", default=None)
+
+
+@contextmanager
+def use_backend(backend: Backend | None) -> Iterator[Backend | None]:
+    """Within this block, run_tasks hands its tasks to `backend` (None: the local pool)."""
+    token = _backend.set(backend)
+    try:
+        yield backend
+    finally:
+        _backend.reset(token)
+
+
+def current_backend() -> Backend | None:
+    """The backend run_tasks hands tasks to here (None: the local pool)."""
+    return _backend.get()
+
+
+class InOrder:
+    """Collects results as they finish and calls `on_result` in task order."""
+
+    def __init__(self, tasks: list[Task], on_result: Callable[[TaskResult], None] | None):
+        self.order = [t.index for t in tasks]
+        self.on_result = on_result
+        self.results: dict[int, TaskResult] = {}
+        self.emitted = 0
+
+    def add(self, r: TaskResult) -> None:
+        self.results[r.index] = r
+        while self.emitted < len(self.order) and self.order[self.emitted] in self.results:
+            if self.on_result is not None:
+                self.on_result(self.results[self.order[self.emitted]])
+            self.emitted += 1
+
+    def all(self) -> list[TaskResult]:
+        return [self.results[i] for i in self.order]
+
+
 def run_tasks(
     fn: TaskFn,
     tasks: list[Task],
@@ -91,23 +141,17 @@ def run_tasks(
 ) -> list[TaskResult]:
     """Run `fn` over `tasks`; return one TaskResult per task, in task order."""
     progress = progress or Progress()
+    backend = _backend.get()
+    if backend is not None and tasks:
+        return backend.run(fn, tasks, workers=workers, progress=progress, on_result=on_result)
     workers = max(1, min(workers or default_workers(), len(tasks) or 1))
-    results: dict[int, TaskResult] = {}
-    order = [t.index for t in tasks]
-    emitted = 0
-
-    def collect(r: TaskResult) -> None:
-        nonlocal emitted
-        results[r.index] = r
-        while emitted < len(order) and order[emitted] in results:
-            if on_result is not None:
-                on_result(results[order[emitted]])
-            emitted += 1
+    results = InOrder(tasks, on_result)
+    collect = results.add
 
     if workers == 1:
         for t in tasks:
             collect(_call(fn, t, progress.advance))
-        return [results[i] for i in order]
+        return results.all()
 
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()
@@ -137,4 +181,4 @@ def run_tasks(
                 f"{', '.join(running[:5]) or 'a shard'}; finished shards are kept, re-run to resume"
             ) from e
         drain()
-    return [results[i] for i in order]
+    return results.all()

@@ -7,7 +7,10 @@ artifact directory; this module does the rest:
   into place, so a re-run into the same OUT skips it; `--overwrite` starts over;
 - safety: OUT's recorded config must match, so a resumed run never mixes two configs;
 - outside schedulers: `--shard-index/--num-shards` run a subset; the manifest is written by
-  whichever job finds every shard finished;
+  whichever job finds every shard finished; jobs of one array may start into OUT at once, so a
+  job only clears the temporary files of its own shards;
+- `--executor ray`: the same tasks run as Ray tasks (runtime/ray_executor.py); the driver still
+  plans, and commits the manifest;
 - `-o -`: shards are built in a temporary directory and streamed to stdout in order;
 - counts, outputs and errors of all shards are summed into the manifest.
 """
@@ -21,7 +24,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +34,7 @@ import pyarrow.parquet as pq
 from llmctl.artifacts.docs import STDIO, DocsSink, remove_stale_temps, unify_schemas
 from llmctl.artifacts.manifest import Manifest, output_entry, write_manifest
 from llmctl.errors import StageFailed, UsageError
-from llmctl.runtime.executor import Task, TaskResult, run_tasks
+from llmctl.runtime.executor import Task, TaskResult, current_backend, run_tasks
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.split import select_shard
 
@@ -47,6 +51,30 @@ class RunOptions:
     num_shards: int = 1
     overwrite: bool = False
     strict: bool = False
+    executor: str = "local"  # local: a process pool here; ray: Ray tasks (see executor_scope)
+    ray_address: str | None = None  # None: $RAY_ADDRESS, else a Ray started for the run
+    cpus_per_task: float = 1.0  # Ray resources reserved per task
+    memory_per_task: int | None = None  # bytes
+    max_retries: int = 3  # Ray retries of a task whose worker died
+
+
+EXECUTORS = ("local", "ray")
+
+
+@contextmanager
+def executor_scope(opts: RunOptions) -> Iterator[None]:
+    """Run the block's run_tasks calls on `opts.executor`. "local" keeps whatever scope is active
+    (the CLI opens one Ray scope around a whole command, so a multi-phase stage like dedup shares
+    one connection and stages that build their own RunOptions still follow it)."""
+    if opts.executor not in EXECUTORS:
+        raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, not {opts.executor!r}")
+    if opts.executor == "local":
+        yield
+        return
+    from llmctl.runtime.ray_executor import ray_session
+
+    with ray_session(opts.ray_address, opts.cpus_per_task, opts.memory_per_task, opts.max_retries):
+        yield
 
 
 # A stage's task function: (task, artifact_dir, report) -> stats, where stats is
@@ -63,10 +91,13 @@ class _ShardJob:
     work_dir: Path
 
     def __call__(self, task: Task, report: Callable[[int], None]) -> dict:
+        marker = self.work_dir / SHARDS_DIR / f"{task.name}.json"
+        if marker.exists():  # a retry (Ray) of a shard committed before its worker died
+            report(task.weight)
+            return json.loads(marker.read_text(encoding="utf-8"))
         stats = self.fn(task, self.work_dir, report)
         stats["name"] = task.name
         stats["outputs"] = [_output(self.work_dir, f) for f in stats.get("outputs", [])]
-        marker = self.work_dir / SHARDS_DIR / f"{task.name}.json"
         tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
         tmp.write_text(json.dumps(stats, sort_keys=True), encoding="utf-8")
         os.replace(tmp, marker)
@@ -84,13 +115,17 @@ def config_digest(stage: str, config: dict) -> str:
     return hashlib.sha256(json.dumps([stage, config], sort_keys=True, default=str).encode()).hexdigest()
 
 
-def prepare_out(out: Path, stage: str, digest: str, overwrite: bool) -> None:
+def prepare_out(out: Path, stage: str, digest: str, overwrite: bool, clean_temps: bool = True) -> None:
+    """Check OUT's recorded config (or start it). `clean_temps=False` when other jobs may be
+    writing into OUT at the same time (a slice of an array): their temporary files are live."""
     run_file = out / SHARDS_DIR / RUN_FILE
     if out.exists() and overwrite:
         shutil.rmtree(out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"output {out} exists and is not a directory")
-    if out.exists() and any(out.iterdir()):
+    entries = [p.name for p in out.iterdir()] if out.is_dir() else []
+    starting = entries == [SHARDS_DIR] and not run_file.exists()  # another job of the array is creating OUT right now
+    if entries and not starting:
         if not run_file.exists():
             raise UsageError(f"output {out} is not empty and was not written by llmctl {stage}; use --overwrite")
         recorded = json.loads(run_file.read_text())
@@ -100,8 +135,21 @@ def prepare_out(out: Path, stage: str, digest: str, overwrite: bool) -> None:
                 "use --overwrite to start over"
             )
     (out / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(out)
-    run_file.write_text(json.dumps({"stage": stage, "digest": digest}), encoding="utf-8")
+    if clean_temps:
+        remove_stale_temps(out)
+    tmp = run_file.with_name(f".{RUN_FILE}.tmp-{os.getpid()}")  # atomic: array jobs read it concurrently
+    tmp.write_text(json.dumps({"stage": stage, "digest": digest}), encoding="utf-8")
+    os.replace(tmp, run_file)
+
+
+def remove_task_temps(out: Path, names: set[str]) -> None:
+    """Delete the temporary files (`.NAME.ext.tmp-PID`) of these tasks' shards: what a killed
+    attempt left; nothing else in OUT is touched, so other jobs' live temps survive."""
+    if not names or not out.is_dir():
+        return
+    for p in out.rglob(".*.tmp-*"):
+        if p.is_file() and p.name[1:].split(".tmp-")[0].split(".")[0] in names:
+            p.unlink(missing_ok=True)
 
 
 def sum_counts(into: dict, add: dict) -> dict:
@@ -137,10 +185,13 @@ def run_sharded(
     tmp = tempfile.TemporaryDirectory(prefix=f"llmctl-{stage}-") if streaming else None
     work = Path(tmp.name) if streaming else Path(out)
     try:
-        prepare_out(work, stage, digest, opts.overwrite and not streaming)
+        sliced = opts.num_shards > 1 and not streaming
+        prepare_out(work, stage, digest, opts.overwrite and not streaming, clean_temps=not sliced)
         mine = select_shard(tasks, opts.shard_index, opts.num_shards) if not streaming else tasks
         done = {t.name for t in mine if (work / SHARDS_DIR / f"{t.name}.json").exists()}
         todo = [t for t in mine if t.name not in done]
+        if sliced:
+            remove_task_temps(work, {t.name for t in todo})
 
         progress.start(sum(t.weight for t in todo), unit=unit, description=stage)
         sink = _StreamOut(work, stdout, schema) if streaming else None
@@ -151,7 +202,10 @@ def run_sharded(
             if sink:
                 sink.emit(r)
 
-        results = run_tasks(_ShardJob(fn, work), todo, workers=opts.workers, progress=progress, on_result=on_result)
+        with executor_scope(opts) if todo else nullcontext():
+            results = run_tasks(_ShardJob(fn, work), todo, workers=opts.workers, progress=progress, on_result=on_result)
+            if todo and current_backend() is not None:  # Ray retried any task whose worker died: clear
+                remove_task_temps(work, {t.name for t in todo})  # what the dead attempt left (none of ours runs now)
         progress.finish()
         if sink:
             sink.close()
