@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import CRAWL, ROOT, llmctl
+from conftest import CRAWL, ROOT, llmctl, shared_file
 from llmctl.config import build_config
 from llmctl.data.dedup.clusters import components, survivors
-from llmctl.data.dedup.minhash import s_curve, threshold
-from llmctl.data.dedup.normalize import normalize_text, normalize_url
+from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
+from llmctl.data.dedup.normalize import normalize_text, normalize_url, normalized_codes, normalized_words
 from llmctl.data.dedup.stage import DedupConfig, run_dedup
 from llmctl.data.extract import ExtractConfig, run_crawl_extract
 from llmctl.errors import UsageError
@@ -61,6 +61,54 @@ def test_normalization():
     same = {normalize_url(u) for u in ("https://www.Example.com:443/a/?utm_source=x&b=2&a=1#top", "http://example.com/a?a=1&b=2", "https://EXAMPLE.com/a/?a=1&b=2&fbclid=z")}
     assert len(same) == 1
     assert normalize_url("https://example.com:8080/a") != normalize_url("https://example.com/a")
+
+
+def batch_words(texts: list[str]) -> list[list[str]]:
+    """normalized_codes read back as words, document by document."""
+    codes, starts = normalized_codes(texts)
+    assert len(starts) == len(texts) + 1 and starts[-1] == len(codes)
+    out = []
+    for lo, hi in zip(starts[:-1], starts[1:]):
+        doc = codes[lo:hi].copy()
+        assert doc[-1] == 0  # every document ends with a word break
+        doc[doc == 0] = ord(" ")
+        out.append(doc.tobytes().decode("utf-32-le", "surrogatepass").split(" "))
+    return [[w for w in ws if w] for ws in out]
+
+
+TRICKY = [
+    "", "   ", "a", "ΣΑΣ ΟΔΟΣ σοφός Σ.", "İstanbul ıi I", "ﬁne ﬂow Ⅻ ㎅ ℃ ½ ¼ ™", "cafe\u0301 e\u0301te\u0301 a\u0308\u0301b",
+    "١٢٣ ४५६ ①②", "한국어 문장", "ǅemal ǈ", "x_y__z\x00w\x1cv\u2028u\u00a0t", "lone \ud800 surrogate\udcff!", "👍🏽 ok\ufe0f",
+    "\u0f71\u0f72\u0f80 \U0001d165\U0001d16d", "ß ẞ ŉ ĳ", "ক্ষু়ঁ বাংলা", "\u3000full\uff21\uff10width",
+]
+
+
+def test_batch_normalization_is_the_definition():
+    """normalized_codes (a table per character, numpy) gives normalized_words' words exactly."""
+    assert batch_words(TRICKY) == [normalized_words(t) for t in TRICKY]
+    assert batch_words([]) == []
+    rng = np.random.default_rng(0)
+    pool = np.array([c for t in TRICKY for c in t] + list("Ab9 ,.-\n"))
+    fuzz = ["".join(rng.choice(pool, rng.integers(0, 30))) for _ in range(2000)]
+    assert batch_words(fuzz) == [normalized_words(t) for t in fuzz]
+    assert batch_words(fuzz[5:6]) == batch_words(fuzz)[5:6]  # a document's codes do not depend on its batch
+
+
+def test_minhash_keys_do_not_depend_on_the_batch():
+    texts = [article(1, 300), article(2, 200)] + [" ".join(WORDS[:n]) for n in range(7)] + TRICKY  # some shorter than a shingle
+    shingler, hasher = Shingler(5), MinHasher(14, 8)
+
+    def keys(batch):
+        words = Words.of(*normalized_codes(batch))
+        return words.text_keys(), hasher.band_keys(hasher.signatures(*shingler.shingles(words)))
+
+    together = keys(texts)
+    alone = [keys([t]) for t in texts]
+    assert np.array_equal(together[0], np.concatenate([k[0] for k in alone]))
+    assert np.array_equal(together[1], np.concatenate([k[1] for k in alone]))
+    # a reordered copy of the words shares no shingle; the same words with other spacing all
+    sets = [shingler.shingles(Words.of(*normalized_codes([t])))[0] for t in ("a b c d e f", "a  b c d e f", "f e d c b a")]
+    assert np.array_equal(sets[0], sets[1]) and not set(sets[0]) & set(sets[2])
 
 
 def test_transitive_cluster_across_methods_and_survivor_rules(tmp_path):
@@ -170,6 +218,17 @@ def example_dedup(tmp_path_factory):
     dcfg = build_config(DedupConfig, "dedup", str(ROOT / "stages/dedup/minhash.toml"), {"keep_rejected": True})
     m = run_dedup([str(base / "docs")], str(base / "dedup"), dcfg, RunOptions(workers=2))
     return base, m
+
+
+def test_batch_normalization_on_extracted_pages(example_dedup, tmp_path):
+    warc = shared_file("web/pages-a.warc.gz")  # real pages, many languages
+    cfg = build_config(ExtractConfig, "crawl-extract", str(ROOT / "stages/crawl-extract/default.toml"))
+    run_crawl_extract([str(warc)], str(tmp_path / "pages"), cfg, RunOptions(workers=2))
+    base, _ = example_dedup
+    for docs in (tmp_path / "pages", base / "docs"):
+        texts = [r["text"] for r in read(docs)]
+        assert texts and any(not t.isascii() for t in texts)
+        assert batch_words(texts) == [normalized_words(t) for t in texts]
 
 
 def test_example_crawl_planted_duplicates_are_found(example_dedup):

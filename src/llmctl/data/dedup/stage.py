@@ -37,8 +37,8 @@ import pyarrow as pa
 from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, row_count, source_schema, spool_stdin
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
-from llmctl.data.dedup.minhash import MinHasher, Shingler, s_curve, threshold
-from llmctl.data.dedup.normalize import normalize_url, normalized_words
+from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
+from llmctl.data.dedup.normalize import normalize_url, normalized_codes
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, run_tasks
 from llmctl.runtime.progress import Progress
@@ -108,6 +108,37 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
 # Phase 1: keys per document
 
 
+CHUNK_CHARS = 1 << 17  # texts hashed together: enough to amortize numpy's calls, few enough for cache (measured)
+
+
+def _chunks(texts: list[str]) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of texts with about CHUNK_CHARS characters each (at least one text)."""
+    ends = np.cumsum([len(t) for t in texts])
+    bounds, lo = [], 0
+    while lo < len(texts):
+        hi = max(int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + CHUNK_CHARS, side="right")), lo + 1)
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds
+
+
+def _text_keys(texts: list[str], cfg: DedupConfig, shingler: Shingler, hasher: MinHasher) -> dict[str, np.ndarray]:
+    """The keys of one batch that come from its normalized words, chunk by chunk in numpy, as cfg
+    asks: "exact" (the whole text), "bands" (MinHash band keys), "empty" (no words at all)."""
+    parts: dict[str, list] = {"exact": [], "sigs": [], "empty": []}
+    for lo, hi in _chunks(texts):
+        words = Words.of(*normalized_codes(texts[lo:hi]))
+        if cfg.exact:
+            parts["exact"].append(words.text_keys())
+        if cfg.minhash:
+            parts["sigs"].append(hasher.signatures(*shingler.shingles(words)))
+            parts["empty"].append(words.counts() == 0)
+    out = {k: np.concatenate(v) for k, v in parts.items() if v}
+    if "sigs" in out:
+        out["bands"] = hasher.band_keys(out.pop("sigs"))
+    return out
+
+
 @dataclass
 class _Sign:
     cfg: DedupConfig
@@ -120,39 +151,39 @@ class _Sign:
             return {}
         cfg, source, first = self.cfg, DocsSource(**task.payload["source"]), task.payload["first"]
         shingler, hasher = Shingler(cfg.ngram), MinHasher(cfg.bands, cfg.rows, cfg.seed)
-        ids, ranks, chars, url_keys, exact_keys, shingle_sets, line_keys, line_counts = [], [], [], [], [], [], [], []
-        for batch in read_source(source):
-            for row in batch.to_pylist():
-                text = row.get("text") or ""
-                ids.append(row["id"])
-                ranks.append(_rank(row, cfg.keep))
-                chars.append(len(text))
-                if cfg.url:
-                    url = row.get("url")
-                    # a document without a URL never matches another by URL
-                    url_keys.append(_h64(normalize_url(url)) if url else _h64(f"\0no-url\0{first + len(ids)}"))
-                words = normalized_words(text) if (cfg.exact or cfg.minhash) else []
-                if cfg.exact:
-                    exact_keys.append(_h64(" ".join(words)))
-                if cfg.minhash:
-                    shingle_sets.append(shingler.shingles(words))
-                if cfg.lines:
-                    keys = [_h64(ln.strip()) for ln in text.split("\n") if ln.strip()]
-                    line_keys.extend(keys)
-                    line_counts.append(len(keys))
+        ids, ranks, chars, url_keys, line_keys = [], [], [], [], []
+        hashed = {"exact": [np.zeros(0, np.uint64)], "bands": [np.zeros((0, cfg.bands), np.uint64)], "empty": [np.zeros(0, bool)]}
+        # the columns the keys and the survivor rule read, besides id and text
+        columns = ["url"] * cfg.url + ["date"] * (cfg.keep == "earliest") + [cfg.keep[4:]] * cfg.keep.startswith("max:")
+        for batch in read_source(source, columns=columns):
+            texts = [t or "" for t in batch.column("text").to_pylist()]
+            ids += batch.column("id").to_pylist()
+            chars += map(len, texts)
+            if cfg.keep == "first":  # every rank equal: no need to look at the rows
+                ranks += [0.0] * len(texts)
+            else:
+                ranks += [_rank(row, cfg.keep) for row in batch.to_pylist()]
+            if cfg.url:
+                urls = batch.column("url").to_pylist() if "url" in batch.schema.names else [None] * len(texts)
+                # a document without a URL never matches another by URL
+                url_keys += [_h64(normalize_url(u)) if u else _h64(f"\0no-url\0{first + len(url_keys) + i}") for i, u in enumerate(urls)]
+            if cfg.exact or cfg.minhash:
+                for key, values in _text_keys(texts, cfg, shingler, hasher).items():
+                    hashed[key].append(values)
+            if cfg.lines:
+                line_keys += [_h64(ln.strip()) for text in texts for ln in text.split("\n") if ln.strip()]
             report(batch.num_rows)
         n = len(ids)
         arrays = {"ids": np.array(ids, dtype=object).astype(str) if n else np.array([], dtype=str), "rank": np.array(ranks, dtype=np.float64), "chars": np.array(chars, dtype=np.int64)}
         if cfg.url:
             arrays["url"] = np.array(url_keys, dtype=np.uint64)
         if cfg.exact:
-            arrays["exact"] = np.array(exact_keys, dtype=np.uint64)
+            arrays["exact"] = np.concatenate(hashed["exact"])
         if cfg.minhash:
-            arrays["bands"] = hasher.band_keys(hasher.signatures(shingle_sets)) if n else np.zeros((0, cfg.bands), np.uint64)
+            arrays["bands"] = np.concatenate(hashed["bands"])
             # documents with no words at all must not all collide on the empty signature
-            empty = np.array([len(s) == 0 for s in shingle_sets], dtype=bool)
-            if empty.any():
-                arrays["bands"][empty] = np.array([[_h64(f"\0empty\0{first + i}\0{b}") for b in range(cfg.bands)] for i in np.flatnonzero(empty)], dtype=np.uint64)
+            for i in np.flatnonzero(np.concatenate(hashed["empty"])):
+                arrays["bands"][i] = [_h64(f"\0empty\0{first + i}\0{b}") for b in range(cfg.bands)]
         if cfg.lines:
             arrays["lines"] = np.array(line_keys, dtype=np.uint64)
         _save_npz(path, **arrays)
