@@ -81,7 +81,7 @@ def run(tokens, tmp_path_factory):  # noqa: F811
 def test_eval_cli_reports_scores_with_intervals(run, tokens, tmp_path):  # noqa: F811
     out = tmp_path / "res"
     p = llmctl("eval", run / "run", "-o", out, "-t", f"mc:{run / 'cloze.jsonl'}", "-t", f"gsm8k:{run / 'sums.jsonl'}",
-               "-t", f"loss:{tokens / 'val'}", "--max-new-tokens", "8", "--json", check=True)
+               "-t", f"loss:{tokens / 'val'}", "--max-new-tokens", "8", "--pmi", "--json", check=True)
     res = json.loads(p.stdout)
     mc = res["tasks"]["mc:cloze"]
     assert mc["n"] == 30 and set(mc["metrics"]) == {"acc", "acc_none", "acc_per_token", "acc_per_char", "acc_pmi"}

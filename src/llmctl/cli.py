@@ -869,7 +869,8 @@ def eval_run(
     shots: Annotated[int, typer.Option("--shots", help="Solved examples before each item, drawn with --seed from the same file (never the item).")] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Few-shot draw and sampling seed.")] = 0,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N items of each task.")] = None,
-    norm: Annotated[str, typer.Option("--norm", help="Headline normalization for multiple choice: none, per_token, per_char (acc_norm), pmi. All four are reported.")] = "per_char",
+    norm: Annotated[str, typer.Option("--norm", help="Headline normalization for multiple choice: none, per_token, per_char (acc_norm), pmi. none, per_token and per_char are always reported.")] = "per_char",
+    pmi: Annotated[bool, typer.Option("--pmi", help="Also report pmi (one more scoring pass: each choice after 'Answer:').")] = False,
     samples: Annotated[int, typer.Option("--samples", "-n", help="Generations per generative item (with --temperature > 0).")] = 1,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.")] = 0.0,
     top_k: Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")] = 0,
@@ -888,7 +889,7 @@ def eval_run(
     from llmctl.eval.tasks import parse_task
 
     quiet, as_json = _flags(quiet, json_)
-    cfg = EvalConfig(shots=shots, seed=seed, limit=limit, norm=norm, samples=samples, temperature=temperature, top_k=top_k,
+    cfg = EvalConfig(shots=shots, seed=seed, limit=limit, norm=norm, pmi=pmi, samples=samples, temperature=temperature, top_k=top_k,
                      top_p=top_p, max_new_tokens=max_new_tokens, extract=extract, pass_k=pass_k or [1],
                      batch_tokens=batch_tokens, device=device)
     m = run_eval(checkpoint, [parse_task(t) for t in task], Path(output), cfg, ConsoleProgress(quiet), overwrite)
@@ -969,6 +970,9 @@ def rl(
     group_size: Annotated[Optional[int], typer.Option("--group-size", "-G", help="Samples per prompt.")] = None,
     prompts_per_step: Annotated[Optional[int], typer.Option("--prompts-per-step", help="Groups per step.")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Completion budget; longer samples are truncated.")] = None,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature (the loss uses the same).")] = None,
+    top_p: Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling mass for rollouts.")] = None,
+    format_reward: Annotated[Optional[float], typer.Option("--format-reward", help="Added when the answer has the expected form ('#### n', \\boxed{}).")] = None,
     lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate.")] = None,
     adv_std: Annotated[Optional[str], typer.Option("--adv-std", help="Advantage scale: group (GRPO), group-bessel (verl), batch, none (Dr. GRPO).")] = None,
     clip_low: Annotated[Optional[float], typer.Option("--clip-low", help="ε_low of the ratio clip.")] = None,
@@ -993,6 +997,7 @@ def rl(
 
     quiet, as_json = _flags(quiet, json_)
     flags = dict(steps=steps, group_size=group_size, prompts_per_step=prompts_per_step, max_new_tokens=max_new_tokens, lr=lr,
+                 temperature=temperature, top_p=top_p, format_reward=format_reward,
                  adv_std=adv_std, clip_low=clip_low, clip_high=clip_high, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
                  epochs=epochs, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, seed=seed, device=device)
     cfg = build_config(RLConfig, "rl", config, flags)

@@ -39,7 +39,8 @@ class EvalConfig:
     shots: int = 0
     seed: int = 0
     limit: int | None = None  # first N items of each task
-    norm: str = "per_char"  # the normalization of the headline mc accuracy (all four are reported)
+    norm: str = "per_char"  # the normalization of the headline mc accuracy
+    pmi: bool = False  # also score pmi: one more pass, every choice after "Answer:" (on when norm = pmi)
     batch_tokens: int = 4096  # tokens per scoring forward pass
     samples: int = 1  # generations per generative item
     temperature: float = 0.0
@@ -120,15 +121,19 @@ class Evaluator:
         for i, item in enumerate(items):
             prefix = fewshot_prefix(items, i, c.shots, c.seed)
             requests.append([encode_pair(self.encode, prefix + ctx, cont, self.eos_id) for ctx, cont in item.pairs])
-            uncond.append([encode_pair(self.encode, PMI_CONTEXT, cont, self.eos_id) for _, cont in item.pairs])
-        self.progress.start(2 * len(items), description=spec.name)
+            uncond.append([encode_pair(self.encode, PMI_CONTEXT, cont, self.eos_id) for _, cont in item.pairs])  # pmi's baseline
+        with_pmi = c.pmi or c.norm == "pmi"
+        self.progress.start(len(items) * (2 if with_pmi else 1), description=spec.name)
         scored = score_items(self.model, requests, c.batch_tokens, on_batch=self.progress.advance)
-        base = score_items(self.model, uncond, c.batch_tokens, on_batch=self.progress.advance)
+        base = score_items(self.model, uncond, c.batch_tokens, on_batch=self.progress.advance) if with_pmi else None
         self.progress.finish()
-        samples, per_norm = [], {n: [] for n in NORMS}
-        for i, (item, res, res0) in enumerate(zip(items, scored, base)):
+        norms = NORMS if with_pmi else NORMS[:3]
+        samples, per_norm = [], {n: [] for n in norms}
+        for i, (item, res) in enumerate(zip(items, scored)):
+            uncond_lp = [lp0 for lp0, _ in base[i]] if base else [0.0] * len(res)
             values = normalized_scores([lp for lp, _ in res], [n for _, n in res],
-                                       [len(cont) for _, cont in item.pairs], [lp0 for lp0, _ in res0])
+                                       [len(cont) for _, cont in item.pairs], uncond_lp)
+            values = {n: values[n] for n in norms}
             row = {"task": spec.name, "item": i, "label": item.label}
             for norm, v in values.items():
                 pred = argmax_first(v)
@@ -142,8 +147,8 @@ class Evaluator:
         metrics.update({f"acc_{n}": summarize_scores(v) for n, v in per_norm.items()})
         reporting = {"formulation": "cloze" if spec.kind != "mmlu" else "multiple-choice letters",
                      "shots": c.shots, "seed": c.seed, "normalization": c.norm,
-                     "normalizations": {"none": "ln P(o|x)", "per_token": "ln P(o|x)/tokens(o)",
-                                        "per_char": "ln P(o|x)/chars(o)", "pmi": f'ln P(o|x) - ln P(o|"{PMI_CONTEXT}")'}}
+                     "normalizations": {k: v for k, v in {"none": "ln P(o|x)", "per_token": "ln P(o|x)/tokens(o)",
+                                        "per_char": "ln P(o|x)/chars(o)", "pmi": f'ln P(o|x) - ln P(o|"{PMI_CONTEXT}")'}.items() if k in norms}}
         return {"kind": spec.kind, "file": spec.path, "n": len(items), "metrics": metrics, "reporting": reporting}, samples
 
     def _generative(self, spec: TaskSpec, items) -> tuple[dict, list[dict]]:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 
 @dataclass
@@ -78,6 +77,13 @@ def pack_item(requests: list[Request]) -> _Packed:
 def score_items(model, items: list[list[Request]], max_tokens: int = 4096, pad_id: int = 0,
                 on_batch: Callable[[int], None] | None = None) -> list[list[tuple[float, int]]]:
     """For each item, for each choice: (sum of log-probs of the continuation, its token count)."""
+    from llmctl.model.generate import cpu_threads_for
+
+    with cpu_threads_for(model, max_tokens):
+        return _score_items(model, items, max_tokens, pad_id, on_batch)
+
+
+def _score_items(model, items, max_tokens, pad_id, on_batch):
     packed = [pack_item(reqs) for reqs in items]
     order = sorted(range(len(packed)), key=lambda i: len(packed[i].tokens))
     results: list[list[tuple[float, int]]] = [[] for _ in items]
@@ -105,12 +111,18 @@ def score_items(model, items: list[list[Request]], max_tokens: int = 4096, pad_i
         causal = torch.ones(width, width, dtype=torch.bool).tril()
         same = (seg[:, :, None] == seg[:, None, :]) | (seg[:, None, :] == -1)
         mask = (causal[None] & same & (seg[:, None, :] != -2)) | torch.eye(width, dtype=torch.bool)[None]
-        logits = model(tokens.to(device), mask=mask[:, None].to(device), positions=positions.to(device))
-        logp = F.log_softmax(logits.float(), dim=-1).cpu()
-        for r, k in enumerate(batch):
-            for idx, targets in packed[k].gathers:
-                lp = logp[r, idx, targets].sum().item()
-                results[k].append((lp, len(targets)))
+        hidden = model.hidden(tokens.to(device), mask=mask[:, None].to(device), positions=positions.to(device))
+        # the head and softmax only where a continuation token is predicted (most positions are context)
+        rows = [r for r, k in enumerate(batch) for idx, _ in packed[k].gathers for _ in idx]
+        cols = [i for k in batch for idx, _ in packed[k].gathers for i in idx]
+        targets = torch.tensor([t for k in batch for _, tg in packed[k].gathers for t in tg])
+        logits = model.head(hidden[torch.tensor(rows), torch.tensor(cols)]).float()
+        token_lp = (logits.gather(-1, targets.to(device)[:, None])[:, 0] - torch.logsumexp(logits, -1)).cpu()
+        at = 0
+        for k in batch:
+            for idx, _ in packed[k].gathers:
+                results[k].append((token_lp[at : at + len(idx)].sum().item(), len(idx)))
+                at += len(idx)
         if on_batch:
             on_batch(len(batch))
     return results

@@ -46,12 +46,19 @@ class Generation:
         return self.finish == "length"
 
 
-SMALL_DECODE_WORK = 2e8  # parameters × batch below which a decode step runs on one CPU thread
+SMALL_WORK = 2e8  # parameters × tokens per forward below which a CPU forward runs on one thread
 
 
-class _cpu_threads:
-    def __init__(self, n: int | None):
-        self.n, self.old = n, None
+class cpu_threads_for:
+    """One CPU thread while a small model runs small forwards (decode steps, scoring batches):
+    the threads' synchronization then costs more than the work, and on a loaded machine a
+    descheduled thread stalls every op — measured 20× slower with 2 threads under load."""
+
+    def __init__(self, model, tokens_per_forward: int):
+        device = next(model.parameters()).device
+        small = model.cfg.n_params() * tokens_per_forward < SMALL_WORK
+        self.n = 1 if device.type == "cpu" and small else None
+        self.old = None
 
     def __enter__(self):
         if self.n:
@@ -107,17 +114,8 @@ class Engine:
         return next(self.model.parameters()).device
 
     def generate(self, prompts: Sequence[str | list[int]], params: SamplingParams, use_cache: bool = True) -> list[Generation]:
-        with _cpu_threads(self._decode_threads()):
+        with cpu_threads_for(self.model, self.batch_size):
             return self._generate(prompts, params, use_cache)
-
-    def _decode_threads(self) -> int | None:
-        """One CPU thread when a decode step's matmuls are too small to split: on a small model
-        the threads' synchronization costs more than the work (and on a loaded machine a
-        descheduled thread stalls every op — measured 20× slower with 2 threads under load)."""
-        if self.device.type != "cpu":
-            return None
-        work = self.model.cfg.n_params() * self.batch_size  # ~FLOPs/2 of one decode step
-        return 1 if work < SMALL_DECODE_WORK else None
 
     def _generate(self, prompts, params: SamplingParams, use_cache: bool) -> list[Generation]:
         ids = [p if isinstance(p, list) else self.encode(p) for p in prompts]
