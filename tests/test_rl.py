@@ -55,6 +55,8 @@ def test_rl_end_to_end_logs_everything_the_spec_lists(sft_model, tmp_path):
     assert {"prompt", "completion", "reward", "advantage", "length", "truncated", "step"} <= set(rows[0])
     ck = load_checkpoint(run)
     assert ck.trainer_state["step"] == 2 and ck.trainer_state["chat"] is True
+    llmctl("plot", run, "-o", tmp_path / "plots", check=True)
+    assert {"reward.png", "accuracy.png", "entropy.png", "length.png"} <= {p.name for p in (tmp_path / "plots").iterdir()}
 
 
 def test_rl_resume_repeats_the_uninterrupted_run(sft_model, tmp_path):

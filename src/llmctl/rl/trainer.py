@@ -41,7 +41,7 @@ class RLConfig:
     prompts_per_step: int = 8
     group_size: int = 8  # G
     max_new_tokens: int = 128
-    temperature: float = 1.0
+    temperature: float = 1.0  # sampling temperature; log-probs are taken at the same temperature
     top_p: float = 1.0
     lr: float = 1e-5
     weight_decay: float = 0.0
@@ -75,6 +75,8 @@ class RLConfig:
                 raise UsageError(f"rl: {name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if self.group_size < 2:
             raise UsageError("rl: group_size must be at least 2 (advantages are relative to the group)")
+        if self.temperature <= 0:
+            raise UsageError("rl: temperature must be > 0 (GRPO needs different samples per group)")
         if self.kl != "none" and self.kl_coef <= 0:
             raise UsageError("rl: --kl needs --kl-coef > 0")
 
@@ -192,7 +194,8 @@ class RLTrainer:
 
     def _logps(self, model, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         inputs, targets, mask = sequence_batch(samples)
-        logits = model(inputs.to(self.device)).float()
+        # the policy being optimized is the one that sampled: softmax(z / T), as TRL and verl do
+        logits = model(inputs.to(self.device)).float() / self.cfg.temperature
         logp_all = F.log_softmax(logits, -1)
         logp = logp_all.gather(-1, targets.clamp_min(0).to(self.device)[..., None])[..., 0]
         entropy = -(logp_all.exp() * logp_all).sum(-1)

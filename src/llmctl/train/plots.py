@@ -1,4 +1,6 @@
-"""`llmctl plot RUN -o DIR`: the curves a run's metrics.jsonl holds, one PNG each."""
+"""`llmctl plot RUN -o DIR`: the curves a run's metrics.jsonl holds, one PNG each — a train run's
+loss, bits per byte, lr, gradient norm and throughput, or an rl run's reward, accuracy (with the
+held-out accuracy and its interval), entropy and response length."""
 
 from __future__ import annotations
 
@@ -14,6 +16,15 @@ CURVES = [
     ("lr.png", "learning rate", "lr", "lr", False),
     ("grad_norm.png", "gradient norm before clipping", "grad_norm", "global L2 norm", True),
     ("tokens_per_s.png", "throughput", "tokens_per_s", "tokens / s", False),
+]
+
+# rl runs: x is the step; "eval" records carry the held-out accuracy with its interval
+RL_CURVES = [
+    ("reward.png", "reward (mean over samples)", "reward_mean", "reward", False),
+    ("accuracy.png", "accuracy: rollouts and held-out (greedy)", "accuracy", "accuracy", False),
+    ("entropy.png", "policy entropy on sampled tokens", "entropy", "nats / token", False),
+    ("length.png", "response length", "response_length", "tokens", False),
+    ("zero_variance.png", "share of groups with equal rewards", "zero_variance_share", "share", False),
 ]
 
 
@@ -42,6 +53,8 @@ def plot_run(run: Path, out: Path) -> list[Path]:
 
     steps, vals = read_metrics(run)
     out.mkdir(parents=True, exist_ok=True)
+    if any("reward_mean" in r for r in steps):
+        return _plot_rl(steps, out, plt)
     written = []
     for name, title, key, ylabel, log in CURVES:
         fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -59,6 +72,31 @@ def plot_run(run: Path, out: Path) -> list[Path]:
             ax.set_yscale("log")
         if train and val:
             ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        written.append(out / name)
+    return written
+
+
+def _plot_rl(records: list[dict], out: Path, plt) -> list[Path]:
+    written = []
+    held_out = [(r["step"], r["eval"]) for r in records if r.get("eval")]
+    for name, title, key, ylabel, log in RL_CURVES:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        series = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+        if series:
+            ax.plot(*zip(*series), label="rollouts", lw=1)
+        if key == "accuracy" and held_out:
+            x = [s for s, _ in held_out]
+            ax.errorbar(x, [e["mean"] for _, e in held_out], fmt="o-", ms=3, capsize=3, label="held-out, 95% interval",
+                        yerr=[[e["mean"] - e["ci_low"] for _, e in held_out], [e["ci_high"] - e["mean"] for _, e in held_out]])
+            ax.legend()
+        if not series and not (key == "accuracy" and held_out):
+            plt.close(fig)
+            continue
+        ax.set(title=title, xlabel="step", ylabel=ylabel)
         ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(out / name, dpi=110)
