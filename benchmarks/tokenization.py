@@ -226,7 +226,7 @@ def run_llmctl_encode(corpus: str, tokenizer: str, out: str) -> tuple[float, flo
 def run_datatrove(corpus: str, tokenizer: str, out: str) -> tuple[float, float]:
     # its workers are forked by a multiprocess forkserver that this process never waits for, so
     # their CPU time does not reach getrusage(RUSAGE_CHILDREN) here: wall time only
-    return timed([sys.executable, __file__, "--datatrove-child", corpus, tokenizer, out], out + ".log")[0], float("nan")
+    return timed([sys.executable, __file__, "--datatrove-child", corpus, tokenizer, out], out + ".log", count_others=False)[0], float("nan")
 
 
 def run_raw(corpus: str, tokenizer: str, out: str, digest: bool) -> dict:
@@ -277,16 +277,36 @@ def cpu_seconds(r) -> float:
     return r.ru_utime + r.ru_stime
 
 
-def timed(cmd: list[str], log: str) -> tuple[float, float]:
+# Share of the machine's cores that other processes took during each timed run (the machines are
+# shared): the machine's busy time from /proc/stat minus the CPU time of the run itself.
+OTHERS: list[float] = []
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores have spent busy since boot (every process on the machine)."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, f.readline().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(cmd: list[str], log: str, count_others: bool = True) -> tuple[float, float]:
     """Wall and CPU seconds of a whole child process (start-up included; CPU counts its threads and
-    the worker processes it waited for); its output goes to `log`."""
+    the worker processes it waited for); its output goes to `log`. `count_others`: record in OTHERS
+    what the rest of the machine used meanwhile (only meaningful when the CPU seconds are complete)."""
     with open(log, "w") as f:
-        r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        b0, r0, t0 = machine_busy_seconds(), resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
-        dt, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+        dt, r1, b1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN), machine_busy_seconds()
     if rc != 0:
         sys.exit(f"failed ({rc}): {' '.join(cmd)}\n--- {log}:\n{Path(log).read_text()[-3000:]}")
-    return dt, cpu_seconds(r1) - cpu_seconds(r0)
+    cpu = cpu_seconds(r1) - cpu_seconds(r0)
+    if count_others:
+        OTHERS.append(max(0.0, b1 - b0 - cpu) / dt / len(os.sched_getaffinity(0)))
+    return dt, cpu
+
+
+def others_summary(shares: list[float]) -> str:
+    return f"median {statistics.median(shares):.0%}, max {max(shares):.0%}" if shares else "n/a"
 
 
 def medians(times: dict) -> dict:
@@ -311,8 +331,8 @@ def keep_last(outs: dict, key, out: str) -> None:
     outs[key] = out
 
 
-def measure_train(inputs: dict[str, tuple[str, int]], repeat: int, tmp: str) -> tuple[dict, dict]:
-    """Median seconds per (input, side), interleaved; and the last output dir of each."""
+def measure_train(inputs: dict[str, tuple[str, int]], repeat: int, tmp: str) -> tuple[dict, dict, dict]:
+    """Median seconds per (input, side), interleaved; the last output dir of each; every run's."""
     runners = {"llmctl": run_llmctl_train, "direct": run_direct_train}
     times, outs = {}, {}
     for r in range(repeat):
@@ -326,7 +346,7 @@ def measure_train(inputs: dict[str, tuple[str, int]], repeat: int, tmp: str) -> 
                     times.setdefault((name, "llmctl-run"), []).append((inside, float("nan")))
                 keep_last(outs, (name, side), out)
                 print(f"  train run {r + 1}/{repeat}  {name:9s} {side:7s} {sec:6.2f} s  cpu {cpu:6.2f} s", file=sys.stderr)
-    return medians(times), outs
+    return medians(times), outs, times
 
 
 def measure_encode(corpus: str, tokenizer: str, repeat: int, tmp: str) -> tuple[dict, dict, list[dict], dict]:
@@ -354,6 +374,13 @@ def measure_encode(corpus: str, tokenizer: str, repeat: int, tmp: str) -> tuple[
 # ---------------------------------------------------------------------------------------------
 # report
 
+
+
+def byte_compile() -> None:
+    """Compile llmctl's modules once, as `pip install` does for an installed package. This checkout
+    is an editable install and the sandbox sets PYTHONDONTWRITEBYTECODE=1, so without it every
+    llmctl process would compile its own source again (the peers' packages ship bytecode)."""
+    subprocess.run([str(LLMCTL_PY), "-m", "compileall", "-q", str(REPO / "src" / "llmctl")], check=True, stdout=subprocess.DEVNULL)
 
 
 def versions() -> dict:
@@ -413,7 +440,9 @@ def main() -> None:
 
         # 1. training (pages: everything fits in the default --max-chars; corpus: a seeded sample)
         train_inputs = {"pages-a": (docs, 50_000_000), "corpus": (corpus, SAMPLE_CHARS)}
-        train_t, train_outs = measure_train(train_inputs, args.repeat, tmp)
+        byte_compile()
+        train_t, train_outs, train_runs = measure_train(train_inputs, args.repeat, tmp)
+        train_others = OTHERS[:]
         same = {name: compare_tokenizers(train_outs[(name, "llmctl")], train_outs[(name, "direct")]) for name in train_inputs}
         tmanifest = {name: json.loads(Path(train_outs[(name, "llmctl")], "manifest.json").read_text()) for name in train_inputs}
 
@@ -422,6 +451,7 @@ def main() -> None:
         os.makedirs(os.path.dirname(tokenizer), exist_ok=True)
         shutil.copyfile(os.path.join(train_outs[("pages-a", "llmctl")], "tokenizer.json"), tokenizer)
         enc_t, enc_outs, raws, enc_runs = measure_encode(corpus, tokenizer, args.repeat, tmp)
+        encode_others = OTHERS[len(train_others) :]
         lm = llmctl_encode_stats(enc_outs["llmctl"])
         dt = datatrove_encode_stats(enc_outs["datatrove"])
         raw = raws[-1]
@@ -430,15 +460,16 @@ def main() -> None:
 
     # --- training table
     rows = [
-        "| input | chars trained on | llmctl s | direct s | **llmctl / direct** | llmctl CPU s | direct CPU s | CPU llmctl / direct | llmctl run only s | same merges | same tokenizer.json |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| input | chars trained on | llmctl s | direct s | **llmctl / direct** | fastest runs: llmctl / direct | llmctl CPU s | direct CPU s | CPU llmctl / direct | llmctl run only s | same merges | same tokenizer.json |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in train_inputs:
         (a, ac), (b, bc) = train_t[(name, "llmctl")], train_t[(name, "direct")]
+        fastest = min(w for w, _ in train_runs[(name, "llmctl")]) / min(w for w, _ in train_runs[(name, "direct")])
         label = f"pages-a ({pages['docs']} docs, all)" if name == "pages-a" else f"corpus, `--max-chars {SAMPLE_CHARS}` (seeded sample)"
         chars = tmanifest[name]["counts"]["chars_sampled"]
         rows.append(
-            f"| {label} | {chars:,} | {a:.2f} | {b:.2f} | **{a / b:.2f}×** | {ac:.2f} | {bc:.2f} | {ac / bc:.2f}× | {train_t[(name, 'llmctl-run')][0]:.2f} "
+            f"| {label} | {chars:,} | {a:.2f} | {b:.2f} | **{a / b:.2f}×** | {fastest:.2f}× | {ac:.2f} | {bc:.2f} | {ac / bc:.2f}× | {train_t[(name, 'llmctl-run')][0]:.2f} "
             f"| {yes(same[name]['merges'])} ({same[name]['n_merges']:,}) | {yes(same[name]['file'])} |"
         )
     train_md = "\n".join(rows)
@@ -500,13 +531,19 @@ peers: tokenizers {v['tokenizers']}, tiktoken {v['tiktoken']}, datatrove {v['dat
 Inputs: the {pages['docs']} docs of `llmctl crawl-extract ../shared/data/web/pages-a.warc.gz`
 ({pages['chars']:,} chars, {pages['bytes'] / 1e6:.1f} MB), and a synthetic corpus of those texts
 × {COPIES}, shuffled (seed {SEED}) into {PARTS} Parquet parts: {cstats['docs']:,} docs, {cstats['bytes'] / 1e6:.1f} MB of UTF-8
-(its seeded {SAMPLE_CHARS:,}-char sample: {sample_chars:,} chars).
+(its seeded {SAMPLE_CHARS:,}-char sample: {sample_chars:,} chars). llmctl's modules are byte-compiled
+first, as an installed package is (this sandbox sets PYTHONDONTWRITEBYTECODE=1, so an editable
+checkout would otherwise compile its source in every process; the peers' packages ship bytecode).
+Other processes on the machine during the timed runs (its busy time from /proc/stat minus the run's
+own CPU time, as a share of all cores): training {others_summary(train_others)}, encoding (llmctl and raw
+runs) {others_summary(encode_others)}.
 
 **Training** (vocab {VOCAB:,}, cl100k pre-tokenizer, 16 special tokens, min frequency {MIN_FREQUENCY}),
 whole process on both sides: `llmctl tokenize train DOCS -o TOK --vocab-size {VOCAB}` vs a child
 process that reads the same Parquet with pyarrow, takes the same seeded sample and calls
 `tokenizers`' `BpeTrainer` with the same settings. Target: llmctl ≤ 1.1× direct (wall). CPU s = user + sys
-of the whole process (the trainer's threads included).
+of the whole process (the trainer's threads included). Both sides train on two threads, so another
+job on the machine slows whichever run it overlaps: the fastest run of each side is the least disturbed.
 
 {train_md}
 
@@ -514,7 +551,9 @@ of the whole process (the trainer's threads included).
 --tokenizer TOK/tokenizer.json --workers {WORKERS}` vs datatrove `ParquetReader → DocumentTokenizer(eos_token="<|endoftext|>",
 shuffle_documents=False)` with `LocalPipelineExecutor(tasks={PARTS}, workers={WORKERS})`, both timed around the whole
 process; and the raw rate, tiktoken `encode_ordinary_batch(texts, num_threads={WORKERS})` on the texts in memory
-(the same merges and regex, rebuilt from tokenizer.json by this script). Tokens are text tokens (the EOS
+(the same merges and regex, rebuilt from tokenizer.json by this script). llmctl calls tiktoken's
+`encode_to_numpy` with no special token allowed (ids straight into a uint32 buffer, no Python int
+list), which is how the whole llmctl process can outrun that call. Tokens are text tokens (the EOS
 after each document not counted). Targets: llmctl ≥ 2× datatrove, ≥ 0.9× raw. CPU s = user + sys: of
 the whole process and the workers it waited for (llmctl), of the encode call (raw); not measured for
 datatrove (its workers are forked by a forkserver it never waits for). The machines are shared: when

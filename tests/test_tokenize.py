@@ -67,6 +67,44 @@ def test_text_that_looks_special_stays_text(tok_dir):
     enc = bpe.Encoder(str(tok_dir / "tok"))
     ids = enc.encode_batch(["say <|endoftext|> now"])[0]
     assert 0 not in ids and enc.decode(ids) == "say <|endoftext|> now"
+    texts = ["<|endoftext|>", "a<|endoftext|>b <|user|><|endoftext|>", "<|endoftext|", "é<|end|>中"]
+    assert enc.encode_batch(texts) == [enc.fast.encode_ordinary(t) for t in texts]
+
+
+def test_threads_and_lone_surrogates_give_the_same_ids(tok_dir):
+    rng = random.Random(2)
+    texts = TEXTS + [random_unicode(rng, rng.randint(0, 300)) for _ in range(100)]
+    one = bpe.Encoder(str(tok_dir / "tok"), threads=1).encode_arrays(texts)
+    two = bpe.Encoder(str(tok_dir / "tok"), threads=2).encode_arrays(texts)  # the thread-pool path
+    assert all(a.dtype == np.uint32 and np.array_equal(a, b) for a, b in zip(one, two)) and len(one) == len(two)
+    enc = bpe.Encoder(str(tok_dir / "tok"))
+    assert enc.encode_batch(["a\ud800b"]) == [enc.fast.encode_ordinary("a\ud800b")]  # replaced, not an error
+
+
+def test_sample_indices_is_seeded_within_budget_and_skips_empty():
+    lengths = [0, 5, 7, 0, 3, 9, 4] * 50
+    assert bpe.sample_indices([0, 2, 0, 3], 100, 0) == [1, 3]  # everything fits: every non-empty doc
+    keep = bpe.sample_indices(lengths, 200, seed=1)
+    assert keep == bpe.sample_indices(lengths, 200, seed=1) != bpe.sample_indices(lengths, 200, seed=2)
+    assert keep == sorted(keep) and all(lengths[i] for i in keep) and sum(lengths[i] for i in keep) <= 200
+
+
+def test_write_shard_takes_lists_or_arrays(tmp_path):
+    from llmctl.artifacts.tokens import ShardWriter, write_shard
+
+    docs = [[5, 6, 7], [], [65535, 1]]
+    got = [write_shard(tmp_path / f"{k}.bin", tmp_path / f"{k}.idx", d, 9, np.dtype("<u2")) for k, d in (("l", docs), ("a", [np.array(x, np.uint32) for x in docs]))]
+    assert got == [(3, 8), (3, 8)]
+    assert np.fromfile(tmp_path / "a.bin", "<u2").tolist() == [5, 6, 7, 9, 9, 65535, 1, 9]
+    assert np.fromfile(tmp_path / "a.idx", "<i8").tolist() == [0, 4, 5]
+    for ext in ("bin", "idx"):
+        assert (tmp_path / f"l.{ext}").read_bytes() == (tmp_path / f"a.{ext}").read_bytes()
+    assert write_shard(tmp_path / "e.bin", tmp_path / "e.idx", [], 9, np.dtype("<u2")) == (0, 0)
+    with pytest.raises(RuntimeError):  # a failed shard leaves nothing behind, not even temporaries
+        with ShardWriter(tmp_path / "f.bin", tmp_path / "f.idx", 9, np.dtype("<u2")) as shard:
+            shard.add(docs)
+            raise RuntimeError("encoder failed")
+    assert not list(tmp_path.glob("*f.*"))
 
 
 def test_same_input_same_tokenizer_json(tok_dir, tmp_path):
@@ -123,6 +161,8 @@ def test_empty_documents_and_usage_errors(tok_dir, tmp_path):
     pq.write_table(pa.table({"id": ["a", "b"], "text": ["", None]}), tmp_path / "e.parquet")
     m = run_tokenize([str(tmp_path / "e.parquet")], str(tmp_path / "o"), TokenizeConfig(tokenizer=str(tok_dir / "tok")), RunOptions(workers=1))
     assert m.counts["docs"] == 2 and m.counts["tokens"] == 2  # just the two EOS ids
+    with pytest.raises(UsageError, match="no text"):
+        train_tokenizer([str(tmp_path / "e.parquet")], str(tmp_path / "t"), bpe.TrainTokenizerConfig(vocab_size=600))
     with pytest.raises(UsageError, match="--tokenizer"):
         run_tokenize([str(tmp_path / "e.parquet")], str(tmp_path / "x"), TokenizeConfig(), RunOptions())
     p = llmctl("tokenize", tmp_path / "e.parquet", "-o", tmp_path / "y", "--tokenizer", tmp_path / "nope.json")

@@ -9,7 +9,7 @@ serves a document, or a window at any global token offset, without copying the c
 from __future__ import annotations
 
 import os
-from itertools import chain
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,19 +22,49 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
 
 
-def write_shard(bin_path: Path, idx_path: Path, docs: list[list[int]], eos: int, dtype: np.dtype) -> tuple[int, int]:
-    """Write one shard atomically; return (documents, tokens including the EOS after each)."""
-    lengths = np.fromiter((len(d) + 1 for d in docs), dtype=np.int64, count=len(docs))
-    starts = np.zeros(len(docs), dtype="<i8")
-    if len(docs) > 1:
-        np.cumsum(lengths[:-1], out=starts[1:])
-    total = int(lengths.sum())
-    flat = np.fromiter(chain.from_iterable(chain(d, (eos,)) for d in docs), dtype=dtype, count=total)
-    for path, array in ((bin_path, flat), (idx_path, starts)):
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        array.tofile(tmp)
-        os.replace(tmp, path)
-    return len(docs), total
+def write_shard(bin_path: Path, idx_path: Path, docs: Sequence[Sequence[int]], eos: int, dtype: np.dtype) -> tuple[int, int]:
+    """Write one shard atomically; return (documents, tokens including the EOS after each).
+    `docs` holds each document's ids, as lists or (faster: no Python ints) numpy arrays."""
+    with ShardWriter(bin_path, idx_path, eos, dtype) as shard:
+        shard.add(docs)
+    return shard.n_docs, shard.n_tokens
+
+
+class ShardWriter:
+    """Streams documents into one shard, batch by batch, so a shard never has to fit in memory:
+    `add` appends to temporary files; a clean exit from the `with` block renames them into place,
+    an exception deletes them (nothing half-written is ever visible)."""
+
+    def __init__(self, bin_path: Path, idx_path: Path, eos: int, dtype: np.dtype):
+        self.eos, self.dtype = eos, np.dtype(dtype)
+        self.paths = [(p, p.with_name(f".{p.name}.tmp-{os.getpid()}")) for p in (bin_path, idx_path)]
+        self.files = [open(tmp, "wb") for _, tmp in self.paths]
+        self.n_docs = self.n_tokens = 0
+
+    def add(self, docs: Sequence[Sequence[int]]) -> None:
+        ends = np.cumsum(np.fromiter((len(d) + 1 for d in docs), dtype=np.int64, count=len(docs)))
+        starts = np.zeros(len(docs), dtype="<i8")
+        starts[1:] = ends[:-1]
+        flat = np.empty(int(ends[-1]) if len(docs) else 0, dtype=self.dtype)
+        for d, start, end in zip(docs, starts.tolist(), ends.tolist()):
+            flat[start : end - 1] = d  # one C-level copy (and cast) per document
+        flat[ends - 1] = self.eos
+        flat.tofile(self.files[0])
+        (starts + self.n_tokens).tofile(self.files[1])
+        self.n_docs += len(docs)
+        self.n_tokens += len(flat)
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, exc_type, *_) -> None:
+        for f in self.files:
+            f.close()
+        for path, tmp in self.paths:
+            if exc_type is None:
+                os.replace(tmp, path)
+            else:
+                tmp.unlink(missing_ok=True)
 
 
 class TokenDataset:

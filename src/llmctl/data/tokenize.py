@@ -13,21 +13,25 @@ import hashlib
 import shutil
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmctl.artifacts.docs import DocsSource, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count
 from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, write_manifest
-from llmctl.artifacts.tokens import token_dtype, write_shard
+from llmctl.artifacts.tokens import ShardWriter, token_dtype
 from llmctl.data import tokenizer as bpe
 from llmctl.docs_ops import prepare_plain_out
 from llmctl.errors import UsageError
-from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
-from llmctl.runtime.stage import RunOptions, run_sharded
+
+if TYPE_CHECKING:
+    from llmctl.runtime.executor import Task
+    from llmctl.runtime.stage import RunOptions
 
 STAGE = "tokenize"
 
@@ -42,13 +46,21 @@ def train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig, 
     if out == STDIO:
         raise UsageError("a tokenizer is written to a directory, not to '-'")
     prepare_plain_out(out, cfg.overwrite)
-    texts = [t for s in resolve_docs_inputs(inputs) for b in read_source(s, columns=[]) for t in b.column("text").to_pylist()]
-    if not any(texts):
-        raise UsageError("no text to train a tokenizer on")
-    sample = bpe.sample_texts(texts, cfg.max_chars, cfg.seed)
-    progress.start(None, "", "tokenize train")
-    tok = bpe.train(sample, cfg)
-    progress.finish()
+    sources = resolve_docs_inputs(inputs)
+    # Raw input files are hashed for the manifest while the text is read and the trainer runs
+    # (hashlib drops the GIL): on a large Parquet file that is seconds off the critical path.
+    with ThreadPoolExecutor(1) as pool:
+        refs = pool.submit(lambda: [input_ref(p) for p in inputs])
+        column = pa.chunked_array([b.column("text") for s in sources for b in read_source(s, columns=[])], pa.string())
+        lengths = pc.utf8_length(column).fill_null(0).to_pylist()  # characters, as Python's len
+        keep = bpe.sample_indices(lengths, cfg.max_chars, cfg.seed)
+        if not keep:
+            raise UsageError("no text to train a tokenizer on")
+        sample = column.take(keep).to_pylist()  # only the sampled documents become Python strings
+        progress.start(None, "", "tokenize train")
+        tok = bpe.train(sample, cfg)
+        progress.finish()
+        input_refs = refs.result()
     Path(out).mkdir(parents=True, exist_ok=True)
     path = Path(out) / "tokenizer.json"
     tok.save(str(path))
@@ -59,9 +71,9 @@ def train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig, 
         kind="tokenizer",
         stage="tokenize train",
         config=config,
-        inputs=[input_ref(p) for p in inputs],
+        inputs=input_refs,
         outputs=[{"file": "tokenizer.json", "rows": None, "bytes": path.stat().st_size, "sha256": file_sha256(path)}],
-        counts={"docs": len(texts), "docs_sampled": len(sample), "chars_sampled": sum(map(len, sample)), "vocab_size": meta.vocab_size},
+        counts={"docs": len(column), "docs_sampled": len(keep), "chars_sampled": sum(lengths[i] for i in keep), "vocab_size": meta.vocab_size},
         wall_seconds=round(time.perf_counter() - t0, 3),
     )
     write_manifest(out, m)
@@ -103,58 +115,54 @@ class _Encode:
     def __call__(self, task: Task, out: Path, report) -> dict:
         cfg = self.cfg
         enc = bpe.encoder(self.tokenizer_path, threads=self.threads)
-        dtype = token_dtype(enc.info.vocab_size)
-        docs: list[list[int]] = []
-        n_bytes = skipped = 0
-        for batch in read_source(DocsSource(**task.payload), columns=[]):
-            texts = batch.column("text")
-            if cfg.split:
-                keep = [(cfg.split == "val") == in_val(i, cfg.val_fraction, cfg.seed) for i in batch.column("id").to_pylist()]
-                skipped += keep.count(False)
-                texts = texts.filter(pa.array(keep, pa.bool_()))
-            n_bytes += pc.sum(pc.binary_length(texts)).as_py() or 0  # UTF-8 bytes, counted in Arrow
-            strings = [t or "" for t in texts.to_pylist()]
-            for start in range(0, len(strings), cfg.batch_docs):
-                docs.extend(enc.encode_batch(strings[start : start + cfg.batch_docs]))
-            report(batch.num_rows)
         bin_name, idx_name = f"{task.name}.bin", f"{task.name}.idx"
-        n_docs, n_tokens = write_shard(out / bin_name, out / idx_name, docs, enc.info.eos_id, dtype)
+        n_bytes = skipped = 0
+        with ShardWriter(out / bin_name, out / idx_name, enc.info.eos_id, token_dtype(enc.info.vocab_size)) as shard:
+            for batch in read_source(DocsSource(**task.payload), columns=[]):
+                texts = batch.column("text")
+                if cfg.split:
+                    keep = [(cfg.split == "val") == in_val(i, cfg.val_fraction, cfg.seed) for i in batch.column("id").to_pylist()]
+                    skipped += keep.count(False)
+                    texts = texts.filter(pa.array(keep, pa.bool_()))
+                n_bytes += pc.sum(pc.binary_length(texts)).as_py() or 0  # UTF-8 bytes, counted in Arrow
+                strings = [t or "" for t in texts.to_pylist()]
+                for start in range(0, len(strings), cfg.batch_docs):
+                    shard.add(enc.encode_arrays(strings[start : start + cfg.batch_docs]))
+                report(batch.num_rows)
         return {
-            "outputs": [{"file": bin_name, "rows": n_tokens}, {"file": idx_name, "rows": n_docs}],
-            "counts": {"docs": n_docs, "tokens": n_tokens, "bytes": n_bytes, "other_split": skipped},
+            "outputs": [{"file": bin_name, "rows": shard.n_tokens}, {"file": idx_name, "rows": shard.n_docs}],
+            "counts": {"docs": shard.n_docs, "tokens": shard.n_tokens, "bytes": n_bytes, "other_split": skipped},
         }
 
 
 def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
+    # imported here, not at the top: `tokenize train` needs no process pool and starts faster
+    from llmctl.runtime.executor import Task, default_workers
+    from llmctl.runtime.stage import RunOptions, run_sharded
+
     cfg.check()
     opts = opts or RunOptions()
     if out == STDIO:
         raise UsageError("token shards are written to a directory, not to '-'")
-    tok, tok_path = bpe.load(cfg.tokenizer)
-    meta = bpe.info(tok, tok_path)
-    if meta.eos_id is None:
-        raise UsageError(f"{tok_path} has no end-of-text special token to separate documents")
     sources = resolve_docs_inputs(inputs)
     tasks = [Task(i, f"tokens-{i:05d}", asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
-    workers = opts.workers or 1
-    # a single input file still uses every core: tiktoken's threads work inside the shard
-    threads = max(1, (opts.workers or _cores()) // max(1, min(workers, len(tasks))))
+    workers = opts.workers or default_workers()
+    # fewer shards than workers still use every core: tiktoken's threads work inside a shard
+    threads = max(1, workers // max(1, min(workers, len(tasks))))
+    # built once here, before the workers fork, so that they inherit it instead of each loading it
+    enc = bpe.encoder(cfg.tokenizer, threads)
+    meta, tok_path = enc.info, Path(enc.info.path)
+    if meta.eos_id is None:
+        raise UsageError(f"{tok_path} has no end-of-text special token to separate documents")
     config = asdict(cfg)
-    config.update(tokenizer=str(tok_path.resolve()), dtype=token_dtype(meta.vocab_size).str, vocab_size=meta.vocab_size, eos_id=meta.eos_id, special=meta.special, encoder="tiktoken" if bpe.fast_encoder(str(tok_path)) else "tokenizers")
-    m = run_sharded(stage=STAGE, kind="tokens", out=out, tasks=tasks, fn=_Encode(cfg, str(tok_path), threads), config=config, inputs=[input_ref(p) for p in inputs] + [input_ref(str(tok_path))], opts=opts, progress=progress, unit="docs")
+    config.update(tokenizer=str(tok_path.resolve()), dtype=token_dtype(meta.vocab_size).str, vocab_size=meta.vocab_size, eos_id=meta.eos_id, special=meta.special, encoder="tiktoken" if enc.fast is not None else "tokenizers")
+    m = run_sharded(stage=STAGE, kind="tokens", out=out, tasks=tasks, fn=_Encode(cfg, cfg.tokenizer, threads), config=config, inputs=[input_ref(p) for p in inputs] + [input_ref(str(tok_path))], opts=opts, progress=progress, unit="docs")
     if (Path(out) / "manifest.json").exists():
         shutil.copyfile(tok_path, Path(out) / "tokenizer.json")  # the artifact carries its tokenizer
         c = m.counts
         c["tokens_per_byte"] = round(c["tokens"] / c["bytes"], 6) if c.get("bytes") else None
         write_manifest(out, m)
     return m
-
-
-
-def _cores() -> int:
-    from llmctl.runtime.executor import default_workers
-
-    return default_workers()
 
 
 # ---------------------------------------------------------------------------------------------
