@@ -207,7 +207,10 @@ class RLTrainer:
         if not samples:
             return {"updates": 0}
         with torch.no_grad():
-            old = [self._logps(self.model, samples[i : i + c.micro_batch])[0] for i in range(0, len(samples), c.micro_batch)]
+            # with one pass the policy that sampled is the one being trained: π_old = π (detached), so
+            # the extra forward is skipped (TRL does the same); with μ > 1 it must be kept
+            old = [self._logps(self.model, samples[i : i + c.micro_batch])[0]
+                   for i in range(0, len(samples), c.micro_batch)] if c.epochs > 1 else None
             ref = [self._logps(self.reference, samples[i : i + c.micro_batch])[0] for i in range(0, len(samples), c.micro_batch)] if self.reference else None
         n_tokens = sum(len(s.completion_ids) for s in samples)
         stats = {"clip_frac": 0.0, "ratio_gt2": 0.0, "kl_ref": 0.0, "entropy": 0.0, "grad_norm": 0.0}
@@ -217,7 +220,8 @@ class RLTrainer:
                 part = samples[i : i + c.micro_batch]
                 logp, mask, entropy = self._logps(self.model, part)
                 adv = torch.tensor([s.advantage for s in part], device=self.device)[:, None]
-                objective, zero_grad, ratio = clipped_surrogate(logp, old[b], adv, c.clip_low, c.clip_high)
+                old_logp = old[b] if old is not None else logp.detach()
+                objective, zero_grad, ratio = clipped_surrogate(logp, old_logp, adv, c.clip_low, c.clip_high)
                 per_token = -objective
                 if ref is not None:
                     kl = kl_estimate(logp, ref[b], c.kl)
