@@ -116,7 +116,11 @@ class RLTrainer:
         if cfg.kl != "none":
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.model.train()
-        self.opt = make_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), 1e-8)
+        self.opt = make_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), 1e-8, fused=True)
+        if self.device.type == "cpu":
+            from llmctl.train.alloc import keep_freed_memory
+
+            keep_freed_memory()
         if resume and (opt_state := ck.optimizer_state()) is not None:
             self.opt.load_state_dict(opt_state)
 

@@ -41,6 +41,7 @@ from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths, unigr
 from llmctl.model.config import ModelConfig
 from llmctl.model.transformer import Transformer
 from llmctl.train import distributed
+from llmctl.train.alloc import keep_freed_memory
 from llmctl.train.loader import PackedBatches
 from llmctl.train.mfu import peak_flops
 from llmctl.train.optim import lr_at, make_optimizer
@@ -173,6 +174,8 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.dist = distributed.init(cfg.device)
+        if self.dist.device.type == "cpu":
+            keep_freed_memory()
         self.batch_seqs = cfg.batch_tokens // cfg.seq_len
         if self.batch_seqs % self.dist.world:
             raise UsageError(f"train: {self.batch_seqs} sequences per batch do not split over {self.dist.world} ranks")
@@ -227,7 +230,10 @@ class Trainer:
             ckpt_io.load_weights(model, init.tensors, init.path)
             self.on_log(f"initialized from {init.path}")
         model = distributed.wrap(model, self.dist, self.cfg.fsdp)
-        opt = make_optimizer(model, self.cfg.lr, self.cfg.weight_decay, (self.cfg.beta1, self.cfg.beta2), self.cfg.eps)
+        # fused AdamW: one kernel over all parameters (transformers' Trainer default too); FSDP's
+        # DTensors take the default implementation
+        opt = make_optimizer(model, self.cfg.lr, self.cfg.weight_decay, (self.cfg.beta1, self.cfg.beta2), self.cfg.eps,
+                             fused=not self.cfg.fsdp)
         if ck is not None and (optim_state := ck.optimizer_state()) is not None:
             try:
                 set_optimizer_state_dict(self._unwrapped(model), opt, optim_state,
