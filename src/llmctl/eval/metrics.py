@@ -16,6 +16,9 @@ from fractions import Fraction
 from llmctl.errors import UsageError
 
 WILSON_BELOW_N = 100  # Wald's interval undercovers for small n; Wilson is used below this
+# ... and when successes or failures are few (n·a or n·(1−a) under 10, the usual normal-approximation
+# rule), where Wald's interval would cross 0 or 1
+WILSON_BELOW_COUNT = 10
 
 
 def _normal_quantile(p: float) -> float:
@@ -44,7 +47,7 @@ def summarize_scores(scores: Sequence[float], z: float = 1.96, k_samples: int | 
     """Mean, standard error and interval of per-item scores (§A11).
 
     - 0/1 scores: Wald SE = sqrt(a(1-a)/n). The interval is Wald a ± z·SE for n ≥ 100, and Wilson
-      when n < 100 or a is 0 or 1 (where Wald collapses to a zero-width interval).
+      when n < 100 or fewer than 10 successes or failures (where Wald collapses or crosses 0 or 1).
     - other scores (per-item fractions, losses): SE = stdev(ddof=1)/sqrt(n), Wald interval.
     - ``k_samples=K``: each score is a question's mean over K samples, a_i = c_i/K; then
       Var = (Var(a_i) + E[a_i(1-a_i)]/K)/n with Var(a_i) the population variance (ddof=0), so
@@ -66,7 +69,7 @@ def summarize_scores(scores: Sequence[float], z: float = 1.96, k_samples: int | 
         se = math.sqrt((statistics.pvariance(xs, mu=mean) + within / k_samples) / n)
     elif is_binary(xs):
         se = math.sqrt(mean * (1 - mean) / n)
-        if n < WILSON_BELOW_N or mean in (0.0, 1.0):
+        if n < WILSON_BELOW_N or min(mean, 1 - mean) * n < WILSON_BELOW_COUNT:
             interval = "wilson"
     else:
         se = statistics.stdev(xs) / math.sqrt(n) if n > 1 else math.nan
