@@ -500,7 +500,7 @@ def speed_rows(label: str, L: list[dict], H: list[dict], n: int, batch: int) -> 
         "lm_in_cpu": med([r["mc_cpu"] for r in L]), "h_in_cpu": med([r["times"]["loglikelihood_cpu"] for r in H]),
         "lm_w": med([r["wall"] for r in L]), "h_w": med([r["wall"] for r in H]),
         "lm_c": med([r["cpu"] for r in L]), "h_c": med([r["cpu"] for r in H]),
-        "pass1": med([r["score_passes"][0] for r in L]), "pass2": med([r["score_passes"][1] for r in L]),
+        "pass1": med([r["score_passes"][0] for r in L]), "pass2": med([r["score_passes"][1] if len(r["score_passes"]) > 1 else 0.0 for r in L]),
     }
     th = f"{L[0]['threads']} / {H[0]['threads']}"
     rows = [
@@ -701,13 +701,12 @@ else the last number), per item from `samples.parquet`. The harness's GSM8K run 
 {differ_md}
 **Speed, multiple choice** ({n_mc} items × 4 options): each side in its own child process, {args.repeat} runs
 interleaved (llmctl, harness, llmctl, …) per thread setting, medians. Timed inside the process around the
-scoring — llmctl `Evaluator._multiple_choice` (tokenize, pack, both scoring passes, 4 normalizations),
+scoring — llmctl `Evaluator._multiple_choice` (tokenize, pack, score, the normalizations),
 the harness `HFLM.loglikelihood` ({first_H[0]['times']['loglikelihood_requests']} requests: tokenize, sort, batches of {args.batch_size}, forward,
 log-softmax) — and outside around the whole process (`llmctl eval run CKPT -t mc:FILE -o OUT --device cpu`
 vs `simple_evaluate(model="hf", …)`: start-up, imports, model and task loading; the harness child's
-writing its samples to JSON afterwards left out). llmctl's scoring also runs a second pass, every option
-after `"Answer:"`, for its `pmi` normalization, which the harness's acc / acc_norm do not need (last
-column). CPU s = user + sys, threads included (`time.process_time` inside, `getrusage` of the child
+writing its samples to JSON afterwards left out). llmctl runs its `pmi` pass (every option after
+`"Answer:"`) only with `--pmi` or `--norm pmi`, so here the last column's second pass is 0. CPU s = user + sys, threads included (`time.process_time` inside, `getrusage` of the child
 outside). `default` lets each tool pick its torch threads (2 here); `OMP_NUM_THREADS=1` pins both to
 one: on this shared 2-core machine, 2-thread runs stall whenever another job holds a core, so their wall
 times swing by 2-3× from run to run, the 1-thread runs much less. Target: llmctl ≥ 2× the harness's
@@ -723,8 +722,8 @@ Where llmctl's scoring time goes (one more `_multiple_choice` call on one thread
 after a warm-up; plain, it took {pres['plain_s']:.2f} s, {pres['plain_cpu']:.2f} s CPU). Token positions run through the model:
 the conditional pass {pres['cond_tokens']:,} (each item's shared context once, then its options), the `pmi` pass
 {pres['pmi_tokens']:,}, together {pres['cond_tokens'] + pres['pmi_tokens']:,}, against the harness's {pres['harness_tokens']:,} (context + option,
-per option); {pres['scored_tokens']:,} of llmctl's positions are ones whose log-probabilities are used, but the
-head and log-softmax run at all of them. Median pass times above ({label_of[settings[-1]]}): conditional {p1:.2f} s, `pmi` {p2:.2f} s.
+per option; the `pmi` pass, not run by default, is counted for reference); {pres['scored_tokens']:,} of llmctl's
+positions are ones whose log-probabilities are used, and only there do the head and log-softmax run. Median pass times above ({label_of[settings[-1]]}): conditional {p1:.2f} s, `pmi` {p2:.2f} s.
 
 {ops_md}
 
