@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ def _masked(detail: str) -> Verdict:
     return Verdict(0.0, None, True, detail)
 
 
-class Verifier:
+class Verifier(ABC):
     """Common interface: ``verify(completion, reference) -> Verdict``. A bug or an unexpected
     error inside a verifier masks the sample (with the error in ``detail``) instead of raising."""
 
@@ -52,8 +53,9 @@ class Verifier:
         except Exception as e:  # noqa: BLE001 - an infrastructure failure must never score 0
             return _masked(f"{self.name}: verifier error: {type(e).__name__}: {e}")
 
+    @abstractmethod
     def _verify(self, completion: str, reference: Any) -> Verdict:
-        raise NotImplementedError
+        """The check itself; each verifier defines it."""
 
 
 # ---------------------------------------------------------------------------------------------
