@@ -701,7 +701,7 @@ def plot(
     output: Annotated[str, typer.Option("--output", "-o", help="Directory for the PNG files.")],
     quiet: Quiet = False,
 ) -> None:
-    """PNG curves of a run: train/val loss, bits per byte, lr, gradient norm, tokens/s."""
+    """PNG curves of a run: train/val loss, bits per byte, lr, gradient norm, tokens/s; for an rl run, reward, accuracy (held-out with intervals), entropy, length."""
     from llmctl.train.plots import plot_run
 
     written = plot_run(Path(run), Path(output))
