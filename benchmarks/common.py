@@ -9,6 +9,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,3 +60,24 @@ def datatrove_tasks_with_docs(out: str, reader: str) -> str:
         step = next((s for s in stats if reader in s["name"]), None)
         used += bool(step and step["stats"].get("documents", 0))
     return f"{used}/{total}"
+
+
+def read_parts(folder: str) -> list[dict]:
+    """Every row of a docs artifact's part-*.parquet files, in file order."""
+    import pyarrow.parquet as pq
+
+    rows = []
+    for path in sorted(glob.glob(os.path.join(folder, "part-*.parquet"))):
+        rows += pq.read_table(path).to_pylist()
+    return rows
+
+
+def timed(cmd: list[str], env: dict, log: str) -> float:
+    """Wall seconds of a whole child process (start-up included); its output goes to `log`."""
+    with open(log, "w") as f:
+        t0 = time.perf_counter()
+        rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+        dt = time.perf_counter() - t0
+    if rc != 0:
+        sys.exit(f"failed ({rc}): {' '.join(cmd)}\n--- {log}:\n{Path(log).read_text()[-3000:]}")
+    return dt

@@ -26,10 +26,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import DEFAULT_WARC, LLMCTL, REPO, cpu_name, datatrove_tasks_with_docs, pct, write_results  # noqa: E402  (benchmarks/common.py)
+from common import DEFAULT_WARC, LLMCTL, REPO, cpu_name, datatrove_tasks_with_docs, pct, read_parts, timed, write_results  # noqa: E402  (benchmarks/common.py)
 
 LID_FTZ = REPO / ".venv" / "share" / "llmctl" / "lid.176.ftz"  # put there by `make setup`
 # datatrove downloads its language-ID model into the Hugging Face assets cache at run time. We point
@@ -109,28 +108,8 @@ def run_llmctl(warc: str, out: str, workers: int, env: dict) -> float:
     return timed(cmd, env, out + ".log")
 
 
-def read_llmctl(out: str) -> list[dict]:
-    import pyarrow.parquet as pq
-
-    rows = []
-    for path in sorted(glob.glob(os.path.join(out, "part-*.parquet"))):
-        rows += pq.read_table(path).to_pylist()
-    return rows
-
-
 # ---------------------------------------------------------------------------------------------
 # timing
-
-
-def timed(cmd: list[str], env: dict, log: str) -> float:
-    """Wall seconds of a whole child process (start-up included); its output goes to `log`."""
-    with open(log, "w") as f:
-        t0 = time.perf_counter()
-        rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-        dt = time.perf_counter() - t0
-    if rc != 0:
-        sys.exit(f"failed ({rc}): {' '.join(cmd)}\n--- {log}:\n{Path(log).read_text()[-3000:]}")
-    return dt
 
 
 def measure(warc: str, repeat: int, tmp: str) -> tuple[dict, dict]:
@@ -302,7 +281,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-extract-") as tmp:
         print(f"timing on {warc}, {args.repeat} repeats", file=sys.stderr)
         times, outs = measure(warc, args.repeat, tmp)
-        rows = {k: (read_datatrove(o) if k[0] == "datatrove" else read_llmctl(o)) for k, o in outs.items()}
+        rows = {k: (read_datatrove(o) if k[0] == "datatrove" else read_parts(o)) for k, o in outs.items()}
         docs = {k: len(v) for k, v in rows.items()}
         dt_tasks = {w: datatrove_tasks_with_docs(outs[("datatrove", w)], "Warc") for w in WORKERS}
         print("checking agreement", file=sys.stderr)

@@ -37,9 +37,8 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-import time
 
-from common import DEFAULT_WARC, LLMCTL, REPO, cpu_name, datatrove_tasks_with_docs, make_docs, pct, write_results  # noqa: E402  (benchmarks/common.py)
+from common import DEFAULT_WARC, LLMCTL, REPO, cpu_name, datatrove_tasks_with_docs, make_docs, pct, read_parts, timed, write_results  # noqa: E402  (benchmarks/common.py)
 
 WORKERS = (1, 2)
 STEPS = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
@@ -91,15 +90,6 @@ def dt_reason(step: str, reason: str | None) -> str:
 # ---------------------------------------------------------------------------------------------
 # input
 
-
-
-def read_parts(folder: str) -> list[dict]:
-    import pyarrow.parquet as pq
-
-    rows = []
-    for path in sorted(glob.glob(os.path.join(folder, "part-*.parquet"))):
-        rows += pq.read_table(path).to_pylist()
-    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,17 +168,6 @@ def read_llmctl(out: str) -> dict[str, dict]:
 
 # ---------------------------------------------------------------------------------------------
 # timing
-
-
-def timed(cmd: list[str], env: dict, log: str) -> float:
-    """Wall seconds of a whole child process (start-up included); its output goes to `log`."""
-    with open(log, "w") as f:
-        t0 = time.perf_counter()
-        rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-        dt = time.perf_counter() - t0
-    if rc != 0:
-        sys.exit(f"failed ({rc}): {' '.join(cmd)}\n--- {log}:\n{Path(log).read_text()[-3000:]}")
-    return dt
 
 
 def measure(docs: str, repeat: int, tmp: str, tools: tuple[str, ...]) -> tuple[dict, dict]:

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import torch
 
+from llmctl.eval.tasks import GSM8K_PROMPT, GSM8K_STOP
 from llmctl.model.generate import Engine, Generation, SamplingParams
 
-PLAIN_FORMAT = "Question: {prompt}\nAnswer:"
-PLAIN_STOP = ("\n\nQuestion:", "Question:", "\n\n")
 
 
 @dataclass
@@ -45,12 +44,12 @@ class Prompter:
             self.stop_id, self.stop = self.template.end_id, ()
         else:
             self.template = None
-            self.stop_id, self.stop = eos_id, PLAIN_STOP
+            self.stop_id, self.stop = eos_id, GSM8K_STOP  # eval's plain Q/A format
 
     def ids(self, prompt: str) -> list[int]:
         if self.template is not None:
             return self.template.prompt_ids([{"role": "user", "content": prompt}])
-        return self.encode(PLAIN_FORMAT.format(prompt=prompt))
+        return self.encode(GSM8K_PROMPT.format(question=prompt))
 
     def engine(self, model, batch_size: int) -> Engine:
         return Engine(model, self.encode, self.decode, eos_id=self.stop_id, pad_id=0, batch_size=batch_size)

@@ -33,6 +33,7 @@ from llmctl.model.generate import SamplingParams
 from llmctl.rl.grpo import ADV_STD, KL, LOSS_AGG, advantages, aggregate, clipped_surrogate, kl_estimate
 from llmctl.rl.rollout import Prompter, Sample, sample_groups, sequence_batch
 from llmctl.train.optim import make_optimizer
+from llmctl.train.trainer import truncate_metrics
 
 
 @dataclass
@@ -265,9 +266,7 @@ class RLTrainer:
                                                           "eval": self.eval_file, "chat": self.chat, "llmctl_version": __version__}, indent=2) + "\n")
         (self.out / "rollouts").mkdir(exist_ok=True)
         path = self.out / "metrics.jsonl"
-        if path.is_file():  # on resume, drop records of steps that are about to run again
-            keep = [l for l in path.read_text().splitlines() if l.strip() and json.loads(l)["step"] <= self.state["step"]]
-            path.write_text("".join(l + "\n" for l in keep))
+        truncate_metrics(path, self.state["step"])
         metrics = open(path, "a")
         if self.state["step"] == 0 and self.eval_prompts:
             ev = self.evaluate()

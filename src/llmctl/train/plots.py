@@ -4,7 +4,6 @@ held-out accuracy and its interval), entropy and response length."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from llmctl.errors import UsageError
@@ -30,19 +29,27 @@ RL_CURVES = [
 
 def read_metrics(run: Path) -> tuple[list[dict], list[dict]]:
     """(step records, validation records) of a run directory or a metrics.jsonl file."""
+    from llmctl.eval.taskfile import read_records  # the JSONL reader that names a bad line
+
     path = run / "metrics.jsonl" if run.is_dir() else run
     if not path.is_file():
         raise UsageError(f"no metrics.jsonl in {run}")
     steps, vals = [], []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{path}:{n}: not JSON ({e.msg})") from e
+    for rec in read_records(path):
         (vals if "val" in rec else steps).append(rec)
     return steps, vals
+
+
+def _save(fig, ax, path: Path, title: str, xlabel: str, ylabel: str, log: bool, legend: bool) -> Path:
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if log:
+        ax.set_yscale("log")
+    if legend:
+        ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
 
 
 def plot_run(run: Path, out: Path) -> list[Path]:
@@ -64,19 +71,9 @@ def plot_run(run: Path, out: Path) -> list[Path]:
             ax.plot(*zip(*train), label="train", lw=1)
         if val:
             ax.plot(*zip(*val), "o-", label="validation", ms=3)
-        if not (train or val):
-            plt.close(fig)
-            continue
-        ax.set(title=title, xlabel="tokens", ylabel=ylabel)
-        if log:
-            ax.set_yscale("log")
-        if train and val:
-            ax.legend()
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
+        if train or val:
+            written.append(_save(fig, ax, out / name, title, "tokens", ylabel, log, legend=bool(train and val)))
         plt.close(fig)
-        written.append(out / name)
     return written
 
 
@@ -88,18 +85,12 @@ def _plot_rl(records: list[dict], out: Path, plt) -> list[Path]:
         series = [(r["step"], r[key]) for r in records if r.get(key) is not None]
         if series:
             ax.plot(*zip(*series), label="rollouts", lw=1)
-        if key == "accuracy" and held_out:
+        with_held_out = key == "accuracy" and bool(held_out)
+        if with_held_out:
             x = [s for s, _ in held_out]
             ax.errorbar(x, [e["mean"] for _, e in held_out], fmt="o-", ms=3, capsize=3, label="held-out, 95% interval",
                         yerr=[[e["mean"] - e["ci_low"] for _, e in held_out], [e["ci_high"] - e["mean"] for _, e in held_out]])
-            ax.legend()
-        if not series and not (key == "accuracy" and held_out):
-            plt.close(fig)
-            continue
-        ax.set(title=title, xlabel="step", ylabel=ylabel)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
+        if series or with_held_out:
+            written.append(_save(fig, ax, out / name, title, "step", ylabel, log, legend=with_held_out))
         plt.close(fig)
-        written.append(out / name)
     return written

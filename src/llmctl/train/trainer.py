@@ -119,6 +119,14 @@ def _set_rng_state(s: str) -> None:
     torch.set_rng_state(torch.from_numpy(np.frombuffer(base64.b64decode(s), dtype=np.uint8).copy()))
 
 
+def truncate_metrics(path: Path, step: int) -> None:
+    """On resume, drop a run's metrics records past the checkpoint: those steps are about to run again."""
+    if not path.is_file():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in keep))
+
+
 class _StopFlag:
     """SIGTERM/SIGINT set a flag; the loop checkpoints at the end of the step and stops."""
 
@@ -264,7 +272,7 @@ class Trainer:
         model, opt, state = self._build()
         if d.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
-            self._truncate_metrics(state["step"])
+            truncate_metrics(self.out / "metrics.jsonl", state["step"])
             data = self.sft.describe() if self.sft else {
                 "tokens": str(self.train_data.path), "val": str(self.val_data.path) if self.val_data else None}
             (self.out / "config.json").write_text(json.dumps({
@@ -355,14 +363,6 @@ class Trainer:
         if metrics:
             metrics.close()
         return self._manifest(state, last_val, time.perf_counter() - started)
-
-    def _truncate_metrics(self, step: int) -> None:
-        """On resume, drop records past the checkpoint: those steps are about to run again."""
-        path = self.out / "metrics.jsonl"
-        if not path.is_file():
-            return
-        keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        path.write_text("".join(line + "\n" for line in keep))
 
     def _accumulate(self, model, loader: PackedBatches, step: int) -> tuple[float, float, float | None]:
         """Forward/backward over this rank's micro-batches; returns (mean CE, max logit, global
