@@ -3,6 +3,7 @@ results go, and how the machine is named."""
 
 from __future__ import annotations
 
+import difflib
 import glob
 import json
 import os
@@ -81,3 +82,12 @@ def timed(cmd: list[str], env: dict, log: str) -> float:
     if rc != 0:
         sys.exit(f"failed ({rc}): {' '.join(cmd)}\n--- {log}:\n{Path(log).read_text()[-3000:]}")
     return dt
+
+
+def first_difference(a: str, b: str, width: int, before: int) -> tuple[str, str] | None:
+    """The first differing region of two texts, with `before` characters of context: (a's, b's)."""
+    a, b = a or "", b or ""
+    for op, i1, _, j1, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op != "equal":
+            return a[max(0, i1 - before) : i1 + width], b[max(0, j1 - before) : j1 + width]
+    return None

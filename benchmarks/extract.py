@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import difflib
 import glob
 import json
 import os
@@ -28,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import DEFAULT_WARC, LLMCTL, REPO, cpu_name, datatrove_tasks_with_docs, pct, read_parts, timed, write_results  # noqa: E402  (benchmarks/common.py)
+from common import DEFAULT_WARC, LLMCTL, REPO, cpu_name, datatrove_tasks_with_docs, first_difference, pct, read_parts, timed, write_results  # noqa: E402  (benchmarks/common.py)
 
 LID_FTZ = REPO / ".venv" / "share" / "llmctl" / "lid.176.ftz"  # put there by `make setup`
 # datatrove downloads its language-ID model into the Hugging Face assets cache at run time. We point
@@ -196,12 +195,8 @@ def mojibake(text: str) -> bool:
 
 def short_diff(a: str, b: str, width: int = 100, before: int = 30) -> str:
     """The first differing region of two texts (with a little context before it), for the report."""
-    a, b = a or "", b or ""
-    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for op, i1, i2, j1, j2 in sm.get_opcodes():
-        if op != "equal":
-            return f"- {a[max(0, i1 - before):i1 + width]!r}\n+ {b[max(0, j1 - before):j1 + width]!r}"
-    return "(equal)"
+    d = first_difference(a, b, width, before)
+    return f"- {d[0]!r}\n+ {d[1]!r}" if d else "(equal)"
 
 
 def agreement(llm: list[dict], llm2: list[dict], dt: list[dict]) -> tuple[dict, list[str]]:

@@ -38,7 +38,7 @@ import statistics
 import subprocess
 import tempfile
 
-from common import DEFAULT_WARC, LLMCTL, REPO, cpu_name, datatrove_tasks_with_docs, make_docs, pct, read_parts, timed, write_results  # noqa: E402  (benchmarks/common.py)
+from common import DEFAULT_WARC, LLMCTL, REPO, cpu_name, datatrove_tasks_with_docs, make_docs, first_difference, pct, read_parts, timed, write_results  # noqa: E402  (benchmarks/common.py)
 
 WORKERS = (1, 2)
 STEPS = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
@@ -435,12 +435,8 @@ def token_diff(a: list[str], b: list[str], limit: int = 6) -> str:
 
 
 def short_diff(a: str, b: str, width: int = 120, before: int = 40) -> str:
-    a, b = a or "", b or ""
-    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for op, i1, i2, j1, j2 in sm.get_opcodes():
-        if op != "equal":
-            return f"datatrove {a[max(0, i1 - before):i1 + width]!r} / llmctl {b[max(0, j1 - before):j1 + width]!r}"
-    return "(equal)"
+    d = first_difference(a, b, width, before)
+    return f"datatrove {d[0]!r} / llmctl {d[1]!r}" if d else "(equal)"
 
 
 WORD_STATS = {"n_words", "avg_word_length", "hash_ratio", "ellipsis_ratio", "alpha_words", "stop_words", "list_ratio"}
