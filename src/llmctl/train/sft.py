@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from llmctl.data.chat import NAME as TEMPLATE_NAME
 from llmctl.data.chat import ChatTemplate, to_messages
@@ -225,8 +224,8 @@ class SFTData:
         for i in range(0, len(mine), micro):
             x, y, seg, pos = (t.to(device) for t in row_batch(self.val, mine[i:i + micro]))
             with autocast:
-                logits = model(x, mask=attention_mask(seg), positions=pos)
-            nll += float(F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), ignore_index=-100, reduction="sum"))
+                _, stats = model(x, y, reduction="sum", mask=attention_mask(seg), positions=pos)
+            nll += float(stats["ce"])
             count += float((y != -100).sum())
         model.train(was_training)
         return nll, count
@@ -235,14 +234,8 @@ class SFTData:
 def sft_loss(model, x, y, segments, positions, scale: float, z_loss: float = 0.0):
     """(summed token NLL · scale [+ z-loss term], summed NLL, max logit) of one micro-batch.
     scale = world / Z_global makes the accumulated, rank-averaged gradient that of NLL_total / Z."""
-    logits = model(x, mask=attention_mask(segments), positions=positions)
-    flat = logits.float().flatten(0, 1)
-    t = y.flatten()
-    nll = F.cross_entropy(flat, t, ignore_index=-100, reduction="sum")
-    loss = nll
-    if z_loss:
-        loss = loss + z_loss * torch.logsumexp(flat[t != -100], dim=-1).pow(2).sum()
-    return loss * scale, nll.detach(), logits.detach().max().float()
+    loss, stats = model(x, y, z_loss=z_loss, reduction="sum", mask=attention_mask(segments), positions=positions)
+    return loss * scale, stats["ce"], stats["max_logit"]
 
 
 def resolve_sft(chats: Path, model_cfg, init: Path | None, tokenizer: Path | None, val_fraction: float):
