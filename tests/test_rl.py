@@ -2,6 +2,9 @@
 held-out accuracy, dynamic sampling."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -82,3 +85,114 @@ def test_rl_usage_errors(sft_model, tmp_path):
     assert p.returncode == 2 and "not found" in p.stderr.decode()
     p = llmctl("rl", sft_model / "sft", "--prompts", sft_model / "sums.jsonl", "-o", tmp_path / "r", "--adv-std", "zz")
     assert p.returncode == 2 and "adv_std" in p.stderr.decode()
+
+
+# -- data parallel under torchrun ------------------------------------------------------------
+
+def test_per_row_seeds_make_a_sample_independent_of_its_batch():
+    """rl gives each sample its own generator (seed, step, prompt position, sample): a rank that
+    generates only its half of the prompts draws the same completions as one process."""
+    import torch
+
+    from llmctl.model.config import ModelConfig
+    from llmctl.model.generate import Engine, SamplingParams
+    from llmctl.model.transformer import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(vocab_size=64, n_layers=1, d_model=32, n_heads=2, max_seq_len=64)).eval()
+    engine = Engine(model, lambda s: [ord(ch) % 64 for ch in s], lambda ids: " ".join(map(str, ids)), eos_id=None,
+                    batch_size=4)
+    prompts, seeds = ["ab", "a longer prompt", "xyz", "q", "hello"], [11, 12, 13, 14, 15]
+    params = SamplingParams(max_new_tokens=10, temperature=1.0)
+    whole = [g.ids for g in engine.generate(prompts, params, seeds=seeds)]
+    halves = [g.ids for g in engine.generate(prompts[:2], params, seeds=seeds[:2]) + engine.generate(prompts[2:], params, seeds=seeds[2:])]
+    assert whole == halves
+    assert [g.ids for g in engine.generate(prompts[::-1], params, seeds=seeds[::-1])] == whole[::-1]
+    assert whole != [g.ids for g in engine.generate(prompts, params, seeds=[s + 100 for s in seeds])]
+
+
+# A setting where every cross-rank path matters: dynamic sampling (kept groups sit unevenly on the
+# ranks), batch-std advantages (a statistic of all ranks' rewards), token-mean (the global token
+# count normalizes), micro-batches that do not line up with groups. eps = 1 makes AdamW's first
+# step lr·g / (|g| + 1) ≈ lr·g instead of lr·sign(g), so the parameter update shows the gradient
+# itself, scale included (a rank normalizing by its own token count fails it, and the logged
+# grad_norm, by 2.5×). gen_batch = 2 prompts × G: one process and each rank batch the same rows.
+PARITY = """
+prompts_per_step = 4
+group_size = 4
+max_new_tokens = 12
+temperature = 1.0
+lr = 0.1
+eps = 1.0
+adv_std = "batch"
+loss_agg = "token-mean"
+dynamic_sampling = true
+max_draws = 2
+truncated = "zero"
+verifier = "regex"
+micro_batch = 3
+gen_batch = 8
+checkpoint_every = 1
+keep_checkpoints = 3
+eval_every = 1
+eval_limit = 6
+"""
+
+
+def torchrun(*args, nproc: int = 2):
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+                           "-m", "llmctl", *map(str, args)],
+                          capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+
+
+def test_rl_two_ranks_match_one_process_and_resume(sft_model, tmp_path):
+    """2 gloo ranks, each sampling half of every draw, make the single-process update: the same
+    rollouts, metrics and (to float rounding) parameters after one step; stopped after step 1 and
+    resumed under torchrun, the run goes on as the uninterrupted single-process one."""
+    preset = tmp_path / "parity.toml"
+    preset.write_text(PARITY)
+    one, two = tmp_path / "one", tmp_path / "two"
+    args = ["rl", sft_model / "sft", "--prompts", sft_model / "digits.jsonl", "--config", preset, "-q",
+            "--eval", sft_model / "digits.jsonl"]  # held out: each rank answers 3 of the 6
+    llmctl(*args, "--steps", "2", "-o", one, check=True)
+    for extra in (["--steps", "1"], ["--steps", "2", "--resume"]):
+        p = torchrun(*args, *extra, "-o", two)
+        assert p.returncode == 0, p.stderr.decode()[-3000:]
+    assert json.loads((two / "config.json").read_text())["world_size"] == 2
+
+    for step in (1, 2):  # every sample, reward and advantage, in the same order
+        name = f"step-{step:06d}.parquet"
+        rows = pq.read_table(one / "rollouts" / name).to_pylist()
+        assert pq.read_table(two / "rollouts" / name).to_pylist() == rows
+        # the trained groups (nonzero advantages) came from both ranks' halves of the draws
+        slots = {(i // 4) % 4 for i, r in enumerate(rows) if r["advantage"] != 0}
+        assert slots & {0, 1} and slots & {2, 3}, (step, slots)
+    timing = ("generate_s", "score_s", "train_s", "tokens_per_s")
+    a, b = records(one), records(two)
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [0, 1, 2]
+    assert all(r["updates"] == 1 and r["grad_norm"] > 0 for r in a[1:])
+    for ra, rb in zip(a, b):
+        assert set(ra) == set(rb)
+        assert rb["eval"] == ra["eval"] and ra["eval"]["n"] == 6
+        for k in set(ra) - set(timing) - {"eval"}:
+            assert rb[k] == pytest.approx(ra[k], rel=1e-5, abs=1e-6), (ra["step"], k)
+
+    def params(run, step):
+        return load_checkpoint(run / "checkpoints" / f"step-{step:06d}").tensors
+
+    start = load_checkpoint(sft_model / "sft").tensors
+    for step in (1, 2):
+        p1, p2 = params(one, step), params(two, step)
+        assert p1.keys() == p2.keys()
+        update = sum(float((p1[k].double() - start[k].double()).pow(2).sum()) for k in p1) ** 0.5
+        diff = sum(float((p2[k].double() - p1[k].double()).pow(2).sum()) for k in p1) ** 0.5
+        assert update > 0.01, update  # a real step (‖Δθ‖ ≈ lr·‖g‖ here)
+        assert diff <= 1e-5 * update, (step, diff, update)
+
+
+def test_rl_prompts_per_step_must_split_over_ranks(sft_model, tmp_path):
+    p = torchrun("rl", sft_model / "sft", "--prompts", sft_model / "digits.jsonl", "--verifier", "regex",
+                 "-o", tmp_path / "r", *RL_ARGS)  # --prompts-per-step 3 over 2 ranks
+    assert p.returncode != 0
+    assert "--prompts-per-step 3 does not split over 2 ranks" in p.stderr.decode()
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()

@@ -991,7 +991,8 @@ def rl(
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """GRPO (and Dr. GRPO / DAPO variants) on verifiable rewards, with the shared generation engine."""
+    """GRPO (and Dr. GRPO / DAPO variants) on verifiable rewards, with the shared generation engine;
+    under torchrun each rank samples its slice of every step's prompts and gradients are summed."""
     from llmctl.config import build_config
     from llmctl.rl.trainer import RLConfig, run_rl
 
@@ -1015,7 +1016,8 @@ def rl(
 
     m = run_rl(checkpoint, prompts, Path(output), cfg, eval_file=eval_prompts, resume=resume, overwrite=overwrite,
                on_step=show, on_log=lambda msg: None if quiet else err.print(msg, markup=False, highlight=False))
-    report(m, output, quiet, as_json, rate_key="steps")
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: one summary, rank 0's
+        report(m, output, quiet, as_json, rate_key="steps")
 
 
 # ---------------------------------------------------------------------------------------------

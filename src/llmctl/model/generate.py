@@ -113,24 +113,31 @@ class Engine:
     def device(self):
         return next(self.model.parameters()).device
 
-    def generate(self, prompts: Sequence[str | list[int]], params: SamplingParams, use_cache: bool = True) -> list[Generation]:
+    def generate(self, prompts: Sequence[str | list[int]], params: SamplingParams, use_cache: bool = True,
+                 seeds: Sequence[int] | None = None) -> list[Generation]:
+        """`seeds` (one per prompt) gives every row its own sampling generator, so a row's tokens do
+        not depend on which other rows share its batch (rl's data-parallel ranks sample the same
+        completions as one process); without it one generator seeded by params.seed serves all rows."""
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
         with cpu_threads_for(self.model, self.batch_size):
-            return self._generate(prompts, params, use_cache)
+            return self._generate(prompts, params, use_cache, seeds)
 
-    def _generate(self, prompts, params: SamplingParams, use_cache: bool) -> list[Generation]:
+    def _generate(self, prompts, params: SamplingParams, use_cache: bool, seeds: Sequence[int] | None = None) -> list[Generation]:
         ids = [p if isinstance(p, list) else self.encode(p) for p in prompts]
         gen = torch.Generator(device="cpu").manual_seed(params.seed)
         out: list[Generation] = []
         for i in range(0, len(ids), self.batch_size):
             batch = ids[i : i + self.batch_size]
             run = self._generate_cached if use_cache else self._generate_uncached
-            out.extend(run(batch, params, gen))
+            gens = gen if seeds is None else [torch.Generator(device="cpu").manual_seed(s) for s in seeds[i : i + self.batch_size]]
+            out.extend(run(batch, params, gens))
         return out
 
     # -- one batch ---------------------------------------------------------------------------
 
     @torch.no_grad()
-    def _generate_cached(self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator) -> list[Generation]:
+    def _generate_cached(self, prompts: list[list[int]], params: SamplingParams, gen) -> list[Generation]:
         model, dev = self.model, self.device
         B, width = len(prompts), max(1, max(len(p) for p in prompts))
         pad = torch.tensor([width - len(p) for p in prompts], device=dev)
@@ -162,7 +169,7 @@ class Engine:
         return state.results()
 
     @torch.no_grad()
-    def _generate_uncached(self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator) -> list[Generation]:
+    def _generate_uncached(self, prompts: list[list[int]], params: SamplingParams, gen) -> list[Generation]:
         """The reference: every step recomputes each row's whole sequence (no padding, no cache)."""
         state = _RowState(prompts, params, self)
         seqs = [list(p) for p in prompts]
@@ -176,14 +183,19 @@ class Engine:
                 s.append(t)
         return state.results()
 
-    def _sample(self, logits: torch.Tensor, params: SamplingParams, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(self, logits: torch.Tensor, params: SamplingParams, gen) -> tuple[torch.Tensor, torch.Tensor]:
+        """gen: one torch.Generator for the batch, or a list of one per row."""
         logits = logits[:, : self.vocab].float().cpu()
         if params.temperature <= 0:
             ids = logits.argmax(-1)
             return ids, torch.log_softmax(logits, -1).gather(-1, ids[:, None])[:, 0]
         logits = _filter_logits(logits / params.temperature, params.top_k, params.top_p)
         logp = torch.log_softmax(logits, -1)
-        ids = torch.multinomial(logp.exp(), 1, generator=gen)[:, 0]
+        probs = logp.exp()
+        if isinstance(gen, list):  # one generator per row
+            ids = torch.cat([torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(gen)])
+        else:
+            ids = torch.multinomial(probs, 1, generator=gen)[:, 0]
         return ids, logp.gather(-1, ids[:, None])[:, 0]
 
 

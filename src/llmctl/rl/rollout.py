@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from llmctl.eval.tasks import GSM8K_PROMPT, GSM8K_STOP
 from llmctl.model.generate import Engine, Generation, SamplingParams
-
 
 
 @dataclass
@@ -55,11 +55,20 @@ class Prompter:
         return Engine(model, self.encode, self.decode, eos_id=self.stop_id, pad_id=0, batch_size=batch_size)
 
 
+def row_seed(*parts: int) -> int:
+    """A 64-bit generator seed mixed from non-negative integers (numpy's SeedSequence)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, np.uint64)[0])
+
+
 def sample_groups(engine: Engine, prompter: Prompter, prompts: list[dict], indices: list[int], G: int,
-                  params: SamplingParams, verifier, truncated: str) -> list[list[Sample]]:
-    """One group of G samples for each prompt in `indices` (prompts[i] = {prompt, reference})."""
+                  params: SamplingParams, verifier, truncated: str, seeds: list[int] | None = None) -> list[list[Sample]]:
+    """One group of G samples for each prompt in `indices` (prompts[i] = {prompt, reference}).
+
+    With `seeds` (one per prompt) sample j of prompt k draws from its own generator, seeded by
+    (seeds[k], j): the group is the same whichever other prompts share the generation batch."""
     ids = [prompter.ids(prompts[i]["prompt"]) for i in indices]
-    gens: list[Generation] = engine.generate([p for p in ids for _ in range(G)], params)
+    rows = None if seeds is None else [row_seed(s, j) for s in seeds for j in range(G)]
+    gens: list[Generation] = engine.generate([p for p in ids for _ in range(G)], params, seeds=rows)
     groups = []
     for g, i in enumerate(indices):
         group = []

@@ -4,8 +4,19 @@ One step (spec 002-rl loop order): draw prompts → generate G completions each 
 verify → advantages within each group → (dynamic sampling: drop zero-variance groups, draw more
 prompts) → old log-probs recomputed by the trainer → μ passes of the clipped surrogate (plus a KL
 term to a frozen reference when asked) with one optimizer step per pass → log, checkpoint.
-The prompt order is a pure function of (seed, position) and sampling is seeded by (seed, step), so
-a resumed run repeats the uninterrupted one.
+The prompt order is a pure function of (seed, position) and each sample draws from its own
+generator seeded by (seed, step, prompt position, sample), so a resumed run repeats the
+uninterrupted one.
+
+Under torchrun (data parallel, gloo on CPU, NCCL on GPUs) every draw of prompts_per_step prompts is
+cut into one contiguous slice per rank; each rank samples and scores its slice, then the per-sample
+numbers (reward, correct, length, truncated, masked) are all-reduced so that every rank sees the
+whole draw: dynamic sampling keeps the same groups, group advantages (and the batch std) and the
+loss normalizers (sequences, tokens) are those of the global batch, and the metrics describe it.
+Each rank backpropagates its own kept groups' share of the global loss; the gradients are summed
+across ranks (train.distributed.all_reduce_grads), so the update equals the one process would make
+on the whole batch. Rank 0 gathers the rollouts into the same rollouts/step-N.parquet and alone
+writes metrics.jsonl, checkpoints and the manifest; held-out evaluation is split across ranks.
 """
 
 from __future__ import annotations
@@ -31,15 +42,21 @@ from llmctl.errors import UsageError
 from llmctl.eval.metrics import summarize_scores
 from llmctl.model.generate import SamplingParams
 from llmctl.rl.grpo import ADV_STD, KL, LOSS_AGG, advantages, aggregate, clipped_surrogate, kl_estimate
-from llmctl.rl.rollout import Prompter, Sample, sample_groups, sequence_batch
+from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch
+from llmctl.train import distributed
 from llmctl.train.optim import make_optimizer
 from llmctl.train.trainer import truncate_metrics
+
+
+# per-sample numbers every rank shares after each draw (rl/trainer.py's all-reduced table)
+COLUMNS = ("reward", "correct", "length", "truncated", "masked")
+REWARD, CORRECT, LENGTH, TRUNCATED, MASKED = range(len(COLUMNS))
 
 
 @dataclass
 class RLConfig:
     steps: int = 50
-    prompts_per_step: int = 8
+    prompts_per_step: int = 8  # the global batch: all ranks together under torchrun
     group_size: int = 8  # G
     max_new_tokens: int = 128
     temperature: float = 1.0  # sampling temperature; log-probs are taken at the same temperature
@@ -48,6 +65,7 @@ class RLConfig:
     weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.99  # small batches (§A4: 0.99+ below ~128 sequences)
+    eps: float = 1e-8
     grad_clip: float = 1.0
     adv_std: str = "group"  # group | group-bessel | batch | none (Dr. GRPO)
     clip_low: float = 0.2
@@ -87,15 +105,20 @@ class RLTrainer:
                  resume: bool = False, overwrite: bool = False, on_step: Callable[[dict], None] | None = None,
                  on_log: Callable[[str], None] | None = None):
         from llmctl.rl.rewards import load_prompts, make_verifier
-        from llmctl.train.distributed import pick_device
 
         cfg.check()
         self.cfg, self.out = cfg, Path(out)
-        self.on_step, self.on_log = on_step or (lambda r: None), on_log or (lambda m: None)
+        self.dist = d = distributed.init(cfg.device)
+        if cfg.prompts_per_step % d.world:
+            raise UsageError(f"rl: --prompts-per-step {cfg.prompts_per_step} does not split over {d.world} ranks; "
+                             f"use a multiple of {d.world} (it is the global batch, all ranks together)")
+        quiet = lambda x: None  # noqa: E731  (progress is printed by rank 0 only)
+        self.on_step = (on_step or quiet) if d.is_main else quiet
+        self.on_log = (on_log or quiet) if d.is_main else quiet
         self.ckpt_root = self.out / "checkpoints"
         self._prepare_out(resume, overwrite)
         source = self.ckpt_root if resume else init
-        self.device = pick_device(cfg.device)
+        self.device = d.device
         self.model, ck = ckpt_io.load_model(source, self.device)
         self.init_ckpt = ckpt_io.resolve_checkpoint(init)
         if ck.tokenizer_file is None:
@@ -117,7 +140,8 @@ class RLTrainer:
         if cfg.kl != "none":
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.model.train()
-        self.opt = make_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), 1e-8, fused=True)
+        self.params = list(self.model.parameters())
+        self.opt = make_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps, fused=True)
         if self.device.type == "cpu":
             from llmctl.train.alloc import keep_freed_memory
 
@@ -130,13 +154,17 @@ class RLTrainer:
             if not ckpt_io.list_checkpoints(self.ckpt_root):
                 raise UsageError(f"--resume: {self.ckpt_root} holds no checkpoint")
             return
-        if self.out.exists() and any(self.out.iterdir()):
-            if not overwrite:
-                raise UsageError(f"{self.out} is not empty: pass --resume to continue it or --overwrite to start over")
-            import shutil
+        full = self.out.exists() and any(self.out.iterdir())
+        if full and not overwrite:
+            raise UsageError(f"{self.out} is not empty: pass --resume to continue it or --overwrite to start over")
+        distributed.barrier(self.dist)  # every rank has looked at OUT before rank 0 empties it
+        if self.dist.is_main:
+            if full:
+                import shutil
 
-            shutil.rmtree(self.out)
-        self.out.mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(self.out)
+            self.out.mkdir(parents=True, exist_ok=True)
+        distributed.barrier(self.dist)
 
     # -- prompts -----------------------------------------------------------------------------
 
@@ -151,50 +179,70 @@ class RLTrainer:
 
     # -- one step ----------------------------------------------------------------------------
 
-    def _collect(self, step: int) -> tuple[list[list[Sample]], dict, list[list[Sample]]]:
-        """(groups to train on, rollout statistics, every group sampled this step)."""
-        c = self.cfg
-        params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
-                                seed=c.seed * 1_000_003 + step, stop=self.prompter.stop)
-        engine = self.prompter.engine(self.model, c.gen_batch)
-        kept, drawn, zero_var, all_groups = [], 0, 0, []
-        self.model.eval()
-        for _ in range(c.max_draws if c.dynamic_sampling else 1):
-            idx = self._prompt_indices(self.state["prompt_position"], c.prompts_per_step)
-            self.state["prompt_position"] += len(idx)
-            params.seed += 7919  # fresh samples for each extra draw
-            groups = sample_groups(engine, self.prompter, self.prompts, idx, c.group_size, params, self.verifier, c.truncated)
-            drawn += len(groups)
-            for g in groups:
-                rewards = [s.reward for s in g if not s.masked]
-                flat = len(rewards) < 2 or max(rewards) == min(rewards)
-                zero_var += flat
-                all_groups.append(g)
-                if not (c.dynamic_sampling and flat):
-                    kept.append(g)
-            if not c.dynamic_sampling or len(kept) >= c.prompts_per_step:
-                break
-        kept = kept[: c.prompts_per_step]
-        samples = [s for g in all_groups for s in g]
-        info = {"groups_drawn": drawn, "zero_variance_share": zero_var / max(1, drawn),
-                "reward_mean": float(np.mean([s.reward for s in samples])), "reward_std": float(np.std([s.reward for s in samples])),
-                "accuracy": float(np.mean([bool(s.correct) for s in samples])),
-                "response_length": float(np.mean([len(s.completion_ids) for s in samples])),
-                "truncation_rate": float(np.mean([s.truncated for s in samples])),
-                "masked_share": float(np.mean([s.masked for s in samples]))}
-        return kept, info, all_groups
+    def _collect(self, step: int) -> tuple[list[tuple[int, list[Sample]]], np.ndarray, dict, list]:
+        """Sample this rank's share of the step's prompts (dynamic sampling over the global draws).
 
-    def _set_advantages(self, groups: list[list[Sample]]) -> None:
-        if not groups:
+        Returns (this rank's kept groups with their index in the global kept list, the kept groups'
+        per-sample values of every rank (K, G, len(COLUMNS)), statistics of everything sampled this
+        step on all ranks, this rank's sampled groups keyed by (draw, slot) for the rollouts file)."""
+        c, d = self.cfg, self.dist
+        P, G = c.prompts_per_step, c.group_size
+        share = P // d.world
+        lo = d.rank * share  # this rank's slots in every draw
+        params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
+                                stop=self.prompter.stop)
+        engine = self.prompter.engine(self.model, c.gen_batch)
+        tables, mine, kept, zero_var = [], {}, [], 0
+        self.model.eval()
+        for draw in range(c.max_draws if c.dynamic_sampling else 1):
+            start = self.state["prompt_position"]
+            self.state["prompt_position"] += P
+            positions = range(start + lo, start + lo + share)
+            idx = self._prompt_indices(positions.start, share)
+            seeds = [row_seed(c.seed, step, p) for p in positions]  # a prompt's samples: the same on any rank
+            groups = sample_groups(engine, self.prompter, self.prompts, idx, G, params, self.verifier, c.truncated, seeds)
+            table = np.zeros((P, G, len(COLUMNS)))
+            for k, g in enumerate(groups):
+                table[lo + k] = [[s.reward, bool(s.correct), len(s.completion_ids), s.truncated, s.masked] for s in g]
+                mine[(draw, lo + k)] = g
+            # every rank's numbers, exact (float64 sums of one value and zeros)
+            table = np.array(distributed.all_reduce_sum(table.ravel().tolist(), d)).reshape(table.shape)
+            tables.append(table)
+            for slot, row in enumerate(table):
+                rewards = row[row[:, MASKED] == 0, REWARD]
+                flat = len(rewards) < 2 or rewards.max() == rewards.min()
+                zero_var += flat
+                if not (c.dynamic_sampling and flat):
+                    kept.append((draw, slot))
+            if not c.dynamic_sampling or len(kept) >= P:
+                break
+        kept = kept[:P]
+        kept_table = np.stack([tables[dr][slot] for dr, slot in kept]) if kept else np.zeros((0, G, len(COLUMNS)))
+        own = [(k, mine[key]) for k, key in enumerate(kept) if key in mine]
+        drawn = len(tables) * P
+        every = np.concatenate(tables).reshape(-1, len(COLUMNS))  # all samples, in (draw, slot, sample) order
+        info = {"groups_drawn": drawn, "zero_variance_share": zero_var / max(1, drawn),
+                "reward_mean": float(np.mean(every[:, REWARD])), "reward_std": float(np.std(every[:, REWARD])),
+                "accuracy": float(np.mean(every[:, CORRECT])),
+                "response_length": float(np.mean(every[:, LENGTH])),
+                "truncation_rate": float(np.mean(every[:, TRUNCATED])),
+                "masked_share": float(np.mean(every[:, MASKED])),
+                "generated_tokens": int(every[:, LENGTH].sum())}
+        return own, kept_table, info, sorted(mine.items(), key=lambda kv: kv[0])
+
+    def _set_advantages(self, own: list[tuple[int, list[Sample]]], kept_table: np.ndarray) -> None:
+        """Advantages of the global kept groups (every rank computes all of them, the same way),
+        written into this rank's samples."""
+        if not len(kept_table):
             return
-        rewards = torch.tensor([[s.reward for s in g] for g in groups], dtype=torch.float64)
-        valid = torch.tensor([[not s.masked for s in g] for g in groups])
+        rewards = torch.tensor(kept_table[..., REWARD], dtype=torch.float64)
+        valid = torch.tensor(kept_table[..., MASKED] == 0)
         # masked samples do not enter the group statistics: give them the group mean of the rest
         means = torch.stack([r[v].mean() if v.any() else torch.tensor(0.0, dtype=torch.float64) for r, v in zip(rewards, valid)])
         filled = torch.where(valid, rewards, means[:, None])
-        adv = advantages(filled, self.cfg.adv_std)
-        for g, a in zip(groups, adv.tolist()):
-            for s, v in zip(g, a):
+        adv = advantages(filled, self.cfg.adv_std).tolist()
+        for k, g in own:
+            for s, v in zip(g, adv[k]):
                 s.advantage = 0.0 if s.masked else v
 
     def _logps(self, model, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -206,10 +254,15 @@ class RLTrainer:
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return logp, mask.to(self.device), entropy
 
-    def _train(self, groups: list[list[Sample]]) -> dict:
-        c = self.cfg
-        samples = [s for g in groups for s in g if not s.masked]
-        if not samples:
+    def _train(self, own: list[tuple[int, list[Sample]]], kept_table: np.ndarray) -> dict:
+        """μ optimizer steps on the kept groups. The normalizers of --loss-agg are the global batch's
+        (sequences and tokens of all ranks), each rank backpropagates its samples' share of that
+        loss, and the gradients are summed over ranks before clipping: the update of one process."""
+        c, d = self.cfg, self.dist
+        samples = [s for _, g in own for s in g if not s.masked]
+        valid = kept_table[..., MASKED] == 0
+        n_seqs, n_tokens = int(valid.sum()), int(kept_table[..., LENGTH][valid].sum())
+        if not n_seqs:
             return {"updates": 0}
         with torch.no_grad():
             # with one pass the policy that sampled is the one being trained: π_old = π (detached), so
@@ -217,8 +270,8 @@ class RLTrainer:
             old = [self._logps(self.model, samples[i : i + c.micro_batch])[0]
                    for i in range(0, len(samples), c.micro_batch)] if c.epochs > 1 else None
             ref = [self._logps(self.reference, samples[i : i + c.micro_batch])[0] for i in range(0, len(samples), c.micro_batch)] if self.reference else None
-        n_tokens = sum(len(s.completion_ids) for s in samples)
-        stats = {"clip_frac": 0.0, "ratio_gt2": 0.0, "kl_ref": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+        stats = {"clip_frac": 0.0, "ratio_gt2": 0.0, "kl_ref": 0.0, "entropy": 0.0}
+        grad_norm = 0.0
         self.model.train()
         for _ in range(c.epochs):
             for b, i in enumerate(range(0, len(samples), c.micro_batch)):
@@ -232,70 +285,84 @@ class RLTrainer:
                     kl = kl_estimate(logp, ref[b], c.kl)
                     per_token = per_token + c.kl_coef * kl
                     stats["kl_ref"] += float((kl * mask).sum()) / n_tokens / c.epochs
-                loss = aggregate(per_token, mask, c.loss_agg, len(samples), n_tokens, c.max_new_tokens)
+                loss = aggregate(per_token, mask, c.loss_agg, n_seqs, n_tokens, c.max_new_tokens)
                 loss.backward()
                 stats["clip_frac"] += float((zero_grad * mask).sum()) / n_tokens / c.epochs
                 stats["ratio_gt2"] += float(((ratio > 2) * mask).sum()) / n_tokens / c.epochs
                 stats["entropy"] += float((entropy.detach() * mask).sum()) / n_tokens / c.epochs
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
-            stats["grad_norm"] = float(norm)
+            distributed.all_reduce_grads(self.params, d)  # Σ over ranks of each rank's share = the batch gradient
+            norm = torch.nn.utils.clip_grad_norm_(self.params, c.grad_clip)
+            grad_norm = float(norm)
             if torch.isfinite(norm):
                 self.opt.step()
             self.opt.zero_grad(set_to_none=True)
+        stats = dict(zip(stats, distributed.all_reduce_sum(list(stats.values()), d)))
+        stats["grad_norm"] = grad_norm
         stats["updates"] = c.epochs
-        stats["trained_samples"], stats["trained_tokens"] = len(samples), n_tokens
+        stats["trained_samples"], stats["trained_tokens"] = n_seqs, n_tokens
         return stats
 
     @torch.no_grad()
     def evaluate(self) -> dict | None:
+        """Greedy accuracy on the held-out prompts; under torchrun each rank answers a contiguous slice."""
         if not self.eval_prompts:
             return None
+        d, n = self.dist, len(self.eval_prompts)
+        lo, hi = n * d.rank // d.world, n * (d.rank + 1) // d.world
         self.model.eval()
         engine = self.prompter.engine(self.model, self.cfg.gen_batch)
         params = SamplingParams(max_new_tokens=self.cfg.max_new_tokens, stop=self.prompter.stop)
-        gens = engine.generate([self.prompter.ids(p["prompt"]) for p in self.eval_prompts], params)
-        scores = [float(bool(self.verifier.verify(g.text, p["reference"]).correct)) for g, p in zip(gens, self.eval_prompts)]
-        return summarize_scores(scores)
+        part = self.eval_prompts[lo:hi]
+        gens = engine.generate([self.prompter.ids(p["prompt"]) for p in part], params) if part else []
+        scores = [0.0] * n
+        scores[lo:hi] = [float(bool(self.verifier.verify(g.text, p["reference"]).correct)) for g, p in zip(gens, part)]
+        return summarize_scores(distributed.all_reduce_sum(scores, d))
 
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> Manifest:
-        c = self.cfg
+        c, d = self.cfg, self.dist
         started = time.perf_counter()
-        (self.out / "config.json").write_text(json.dumps({"rl": asdict(c), "init": str(self.init_ckpt), "prompts": self.prompts_file,
-                                                          "eval": self.eval_file, "chat": self.chat, "llmctl_version": __version__}, indent=2) + "\n")
-        (self.out / "rollouts").mkdir(exist_ok=True)
-        path = self.out / "metrics.jsonl"
-        truncate_metrics(path, self.state["step"])
-        metrics = open(path, "a")
+        metrics = None
+        if d.is_main:
+            (self.out / "config.json").write_text(json.dumps({
+                "rl": asdict(c), "init": str(self.init_ckpt), "prompts": self.prompts_file, "eval": self.eval_file,
+                "chat": self.chat, "world_size": d.world, "llmctl_version": __version__}, indent=2) + "\n")
+            (self.out / "rollouts").mkdir(exist_ok=True)
+            path = self.out / "metrics.jsonl"
+            truncate_metrics(path, self.state["step"])
+            metrics = open(path, "a")
         if self.state["step"] == 0 and self.eval_prompts:
             ev = self.evaluate()
-            metrics.write(json.dumps({"step": 0, "eval": ev}) + "\n")
+            if metrics:
+                metrics.write(json.dumps({"step": 0, "eval": ev}) + "\n")
             self.on_log(f"step 0: held-out accuracy {ev['mean']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}] (n={ev['n']})")
         last_eval = None
         while self.state["step"] < c.steps:
             step = self.state["step"]
             t0 = time.perf_counter()
-            groups, info, all_groups = self._collect(step)
+            own, kept_table, info, sampled = self._collect(step)
             t1 = time.perf_counter()
-            self._set_advantages(groups)
+            self._set_advantages(own, kept_table)
             t2 = time.perf_counter()
-            stats = self._train(groups)
+            stats = self._train(own, kept_table)
             t3 = time.perf_counter()
             self.state["step"] += 1
-            gen_tokens = sum(len(s.completion_ids) for g in all_groups for s in g)
+            gen_tokens = info.pop("generated_tokens")
             rec = {"step": self.state["step"], **{k: round(v, 6) if isinstance(v, float) else v for k, v in {**info, **stats}.items()},
-                   "groups_trained": len(groups), "generate_s": round(t1 - t0, 3), "score_s": round(t2 - t1, 3),
+                   "groups_trained": len(kept_table), "generate_s": round(t1 - t0, 3), "score_s": round(t2 - t1, 3),
                    "train_s": round(t3 - t2, 3), "tokens_per_s": round(gen_tokens / max(1e-9, t3 - t0), 1)}
-            self._write_rollouts(all_groups, self.state["step"])
+            self._write_rollouts(sampled, self.state["step"])
             if self.eval_prompts and c.eval_every and (self.state["step"] % c.eval_every == 0 or self.state["step"] == c.steps):
                 rec["eval"] = last_eval = self.evaluate()
-            metrics.write(json.dumps(rec) + "\n")
-            metrics.flush()
+            if metrics:
+                metrics.write(json.dumps(rec) + "\n")
+                metrics.flush()
             self.on_step(rec)
             if self.state["step"] % c.checkpoint_every == 0 or self.state["step"] == c.steps:
                 self._checkpoint()
-        metrics.close()
+        if metrics:
+            metrics.close()
         counts = {"steps": self.state["step"], "prompts_drawn": self.state["prompt_position"]}
         if last_eval:
             counts.update({"eval_accuracy": round(last_eval["mean"], 6), "eval_ci_low": round(last_eval["ci_low"], 6),
@@ -304,22 +371,36 @@ class RLTrainer:
                   input_ref(self.prompts_file)]
         m = Manifest(kind="run", stage="rl", config=asdict(c), inputs=inputs, counts=counts,
                      wall_seconds=round(time.perf_counter() - started, 3))
-        write_manifest(self.out, m)
+        if d.is_main:
+            write_manifest(self.out, m)
         return m
 
-    def _write_rollouts(self, groups: list[list[Sample]], step: int) -> None:
-        rows = [{"step": step, "prompt_index": s.prompt_index, "prompt": self.prompts[s.prompt_index]["prompt"],
-                 "completion": s.text, "reward": s.reward, "correct": s.correct, "advantage": s.advantage,
-                 "length": len(s.completion_ids), "truncated": s.truncated, "masked": s.masked} for g in groups for s in g]
-        pq.write_table(pa.Table.from_pylist(rows), self.out / "rollouts" / f"step-{step:06d}.parquet")
+    def _write_rollouts(self, sampled: list[tuple[tuple[int, int], list[Sample]]], step: int) -> None:
+        """One file for the step on rank 0: every rank's groups, in (draw, slot) order as one process writes them."""
+        rows = [(key, [{"step": step, "prompt_index": s.prompt_index, "prompt": self.prompts[s.prompt_index]["prompt"],
+                        "completion": s.text, "reward": s.reward, "correct": s.correct, "advantage": s.advantage,
+                        "length": len(s.completion_ids), "truncated": s.truncated, "masked": s.masked} for s in g])
+                for key, g in sampled]
+        gathered = distributed.gather_objects(rows, self.dist)
+        if gathered is None:
+            return
+        ordered = sorted((item for part in gathered for item in part), key=lambda kv: kv[0])
+        table = pa.Table.from_pylist([r for _, group in ordered for r in group])
+        pq.write_table(table, self.out / "rollouts" / f"step-{step:06d}.parquet")
 
     def _checkpoint(self) -> None:
-        # sampling is seeded by (seed, step) and prompts by (seed, position): no RNG state to carry
-        state = {**self.state, "seed": self.cfg.seed}
-        ckpt_io.save_checkpoint(self.ckpt_root, self.state["step"], self.model.cfg, self.model.state_dict(), state,
-                                optimizer_state=self.opt.state_dict(), tokenizer_file=self.tokenizer_file,
-                                keep_last=self.cfg.keep_checkpoints)
+        # sampling is seeded by (seed, step, position) and prompts by (seed, position): no RNG state to carry
+        if self.dist.is_main:
+            state = {**self.state, "seed": self.cfg.seed}
+            ckpt_io.save_checkpoint(self.ckpt_root, self.state["step"], self.model.cfg, self.model.state_dict(), state,
+                                    optimizer_state=self.opt.state_dict(), tokenizer_file=self.tokenizer_file,
+                                    keep_last=self.cfg.keep_checkpoints)
+        distributed.barrier(self.dist)
 
 
 def run_rl(init: str, prompts: str, out: Path, cfg: RLConfig, **kw) -> Manifest:
-    return RLTrainer(init, prompts, out, cfg, **kw).run()
+    d = distributed.init(cfg.device)  # a no-op outside torchrun
+    try:
+        return RLTrainer(init, prompts, out, cfg, **kw).run()
+    finally:
+        distributed.shutdown(d)

@@ -80,6 +80,37 @@ def all_reduce_sum(values: list[float], d: Dist) -> list[float]:
     return t.tolist()
 
 
+def all_reduce_grads(params: list[nn.Parameter], d: Dist) -> None:
+    """Sum the parameters' gradients over ranks, in one flat buffer per dtype. A rank that did no
+    backward (no samples this step) contributes zeros, so ranks may run different numbers of
+    micro-batches (rl's manual alternative to DDP, whose hooks need the same passes on every rank)."""
+    if not d.enabled:
+        return
+    params = [p for p in params if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for p in params:
+        by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
+    for grads in by_dtype.values():
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+
+def gather_objects(obj, d: Dist) -> list | None:
+    """Every rank's picklable `obj`, in rank order, on rank 0 (None on the other ranks)."""
+    if not d.enabled:
+        return [obj]
+    out = [None] * d.world if d.is_main else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
 def broadcast_flag(flag: bool, d: Dist) -> bool:
     """True on every rank when any rank says so (a signal seen by one rank stops all of them)."""
     if not d.enabled:
