@@ -273,6 +273,14 @@ def gen_child(spec_file: str) -> None:
     Path(spec["result"]).write_text(json.dumps(out))
 
 
+def padded_positions(lengths: list[int]) -> int:
+    """Positions the scoring forward passes cover: rows as score._score_items packs them × width."""
+    from llmctl.eval.score import pack_rows, row_width
+
+    width = row_width(lengths, 4096)  # EvalConfig.batch_tokens' default
+    return len(pack_rows(lengths, width)) * width
+
+
 def profile_child(spec_file: str) -> None:
     """Where llmctl's multiple-choice scoring spends its time: token counts of both scoring passes
     (and of the harness's unpacked requests), then one `Evaluator._multiple_choice` under
@@ -294,6 +302,7 @@ def profile_child(spec_file: str) -> None:
     counts = {
         "harness_tokens": sum(len(r.tokens) - 1 for reqs in cond for r in reqs),  # it feeds (context + continuation)[:-1]
         "cond_tokens": sum(len(pack_item(reqs).tokens) for reqs in cond),
+        "cond_run": padded_positions([len(pack_item(reqs).tokens) for reqs in cond]),
         "pmi_tokens": sum(len(pack_item(reqs).tokens) for reqs in pmi),
         "scored_tokens": sum(len(r.tokens) - r.start for reqs in cond + pmi for r in reqs),
         "vocab": ev.model.cfg.padded_vocab, "d_model": ev.model.cfg.d_model,
@@ -720,7 +729,9 @@ harness `generate_until` {h_gen['times']['generate_until']:.1f} s (batch {args.b
 
 Where llmctl's scoring time goes (one more `_multiple_choice` call on one thread, under torch.profiler
 after a warm-up; plain, it took {pres['plain_s']:.2f} s, {pres['plain_cpu']:.2f} s CPU). Token positions run through the model:
-the conditional pass {pres['cond_tokens']:,} (each item's shared context once, then its options), the `pmi` pass
+the conditional pass {pres['cond_tokens']:,} (each item's shared context once, then its options without their last
+token, which predicts nothing scored; items packed several to a row, first-fit, so with padding the forward passes
+cover {pres['cond_run']:,} positions), the `pmi` pass
 {pres['pmi_tokens']:,}, together {pres['cond_tokens'] + pres['pmi_tokens']:,}, against the harness's {pres['harness_tokens']:,} (context + option,
 per option; the `pmi` pass, not run by default, is counted for reference); {pres['scored_tokens']:,} of llmctl's
 positions are ones whose log-probabilities are used, and only there do the head and log-softmax run. Median pass times above ({label_of[settings[-1]]}): conditional {p1:.2f} s, `pmi` {p2:.2f} s.

@@ -36,7 +36,9 @@ def encode(text):  # a toy byte tokenizer: enough for checking the arithmetic of
 def test_packed_scoring_equals_scoring_each_choice_alone(model):
     items = [[encode_pair(encode, "The river runs past the", c, 0) for c in [" old mill.", " town", " a", " x y z"]],
              [encode_pair(encode, "", c, 0) for c in ["Hello world", "Bye"]],
-             [encode_pair(encode, "Alice went to the " + o, " to buy bread.", 0) for o in ["market", "bakery"]]]
+             [encode_pair(encode, "Alice went to the " + o, " to buy bread.", 0) for o in ["market", "bakery"]],
+             # identical choices, and choices whose model inputs lie wholly in the shared prefix
+             [encode_pair(encode, "Same", c, 0) for c in [" ab", " ab", " abc", "!"]]]
     got = score_items(model, items, max_tokens=80)
     for reqs, res in zip(items, got):
         for r, (lp, n) in zip(reqs, res):
@@ -124,3 +126,13 @@ def test_generate_cli(run):
     p = llmctl("generate", run / "run", "-p", "The miller", "--max-new-tokens", "6", "--json", check=True)
     out = json.loads(p.stdout)
     assert out[0]["tokens"] <= 6 and out[0]["finish"] in ("eos", "length", "stop")
+
+
+def test_pack_rows_places_every_item_once_within_the_width():
+    from llmctl.eval.score import pack_rows
+
+    lengths = [44, 15, 30, 29, 1, 16, 44, 12, 33, 10]
+    rows = pack_rows(lengths, 60)
+    assert sorted(k for r in rows for k in r) == list(range(len(lengths)))
+    assert all(sum(lengths[k] for k in r) <= 60 for r in rows)
+    assert len(rows) == 4  # 234 tokens in rows of 60: the fewest possible, ⌈234 / 60⌉

@@ -8,6 +8,8 @@ compared paired: `llmctl eval compare A B`) and a manifest.
 
 from __future__ import annotations
 
+import functools
+
 import json
 import math
 import time
@@ -70,6 +72,10 @@ class Evaluator:
 
         self.cfg, self.progress = cfg, progress or Progress()
         self.model, self.ckpt = load_model(checkpoint, pick_device(cfg.device))
+        if self.model.embed.weight.device.type == "cpu":
+            from llmctl.train.alloc import keep_freed_memory
+
+            keep_freed_memory()  # each scoring batch reuses the last one's memory instead of faulting in fresh pages
         if self.ckpt.tokenizer_file is None:
             raise UsageError(f"{self.ckpt.path} has no tokenizer.json: cannot turn task text into tokens")
         from tokenizers import Tokenizer
@@ -118,10 +124,12 @@ class Evaluator:
     def _multiple_choice(self, spec: TaskSpec, items: list[MCItem]) -> tuple[dict, list[dict]]:
         c = self.cfg
         requests, uncond = [], []
+        # an item's choices share their context: encode each distinct text once (the lists are only read)
+        encode = functools.lru_cache(maxsize=8192)(self.encode)
         for i, item in enumerate(items):
             prefix = fewshot_prefix(items, i, c.shots, c.seed)
-            requests.append([encode_pair(self.encode, prefix + ctx, cont, self.eos_id) for ctx, cont in item.pairs])
-            uncond.append([encode_pair(self.encode, PMI_CONTEXT, cont, self.eos_id) for _, cont in item.pairs])  # pmi's baseline
+            requests.append([encode_pair(encode, prefix + ctx, cont, self.eos_id) for ctx, cont in item.pairs])
+            uncond.append([encode_pair(encode, PMI_CONTEXT, cont, self.eos_id) for _, cont in item.pairs])  # pmi's baseline
         with_pmi = c.pmi or c.norm == "pmi"
         self.progress.start(len(items) * (2 if with_pmi else 1), description=spec.name)
         scored = score_items(self.model, requests, c.batch_tokens, on_batch=self.progress.advance)
