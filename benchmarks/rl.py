@@ -189,7 +189,7 @@ PROFILE_PARTS = [
     ("generate", "Engine.generate (all of rollout sampling)", True),
     ("prefill", "  prefill forward", False),
     ("decode", "  decode forwards (1 token each, KV cache)", False),
-    ("sample", "  sampling: softmax + multinomial (`Engine._sample`)", False),
+    ("sample", "  sampling: softmax + draw (`Engine._sample`)", False),
     ("rows", "  per-row bookkeeping (`_RowState.append`)", False),
     ("verify", "verifier (math)", True),
     ("train", "`RLTrainer._train`", True),
@@ -532,7 +532,9 @@ def reading_notes(stats, profiles, others: float) -> str:
         parity = "at parity" if 0.8 <= gen <= 1.25 else ("faster in llmctl" if gen > 1 else "slower in llmctl")
         notes.append(
             f"**Where the 1-thread margin comes from.** Generation is {parity} ({gen:.2f}×; both sample every completion "
-            f"with a KV cache, their decode forwards and softmax + multinomial over the vocabulary doing the same work). "
+            f"with a KV cache and their decode forwards do the same work; TRL samples with `torch.multinomial`, llmctl by "
+            f"inverse CDF from one counter-based random stream per sample (`RowStreams`, one vectorized draw per token for "
+            f"all rows), which rl needs so a sample does not depend on its rank or batch). "
             f"The train phase: {b1['train_s'] / a1['train_s']:.2f}×. llmctl drops the masked "
             f"(truncated) completions from the batch — {a1['trained']:.0f} of {b1['trained']:.0f} sequences trained at the median — "
             f"while TRL forwards and backpropagates all of them with a zero mask; per sequence forwarded llmctl is "

@@ -4,6 +4,7 @@ the eval CLI on a trained checkpoint, compare, malformed task files."""
 import json
 import random
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -136,3 +137,27 @@ def test_pack_rows_places_every_item_once_within_the_width():
     assert sorted(k for r in rows for k in r) == list(range(len(lengths)))
     assert all(sum(lengths[k] for k in r) <= 60 for r in rows)
     assert len(rows) == 4  # 234 tokens in rows of 60: the fewest possible, ⌈234 / 60⌉
+
+
+def test_row_streams_sample_the_distribution_and_repeat():
+    """RowStreams' inverse-CDF draws follow the probabilities (χ² over 20,000 draws), never pick a
+    zero-probability token, and are a function of the row's seed and draw index alone."""
+    from llmctl.model.generate import RowStreams
+
+    probs = torch.tensor([0.5, 0.0, 0.2, 0.25, 0.05], dtype=torch.float64)
+    rows = 20_000
+    streams = RowStreams(range(rows))
+    cdf = probs.cumsum(-1)
+    u = torch.from_numpy(streams.next_uniform())
+    assert 0.0 <= float(u.min()) and float(u.max()) < 1.0
+    ids = torch.searchsorted(cdf, (u * cdf[-1])[:, None], right=True)[:, 0]
+    counts = torch.bincount(ids, minlength=5).double()
+    assert counts[1] == 0
+    expected = probs * rows
+    chi2 = float((((counts - expected) ** 2)[expected > 0] / expected[expected > 0]).sum())
+    assert chi2 < 18.5  # 3 degrees of freedom: p = 0.0003
+    again = RowStreams([5, 6])
+    first = RowStreams(range(rows))
+    first.next_uniform()
+    assert np.array_equal(again.next_uniform(), RowStreams([5, 6]).next_uniform())
+    assert again.next_uniform()[0] != RowStreams([5]).next_uniform()[0]  # a row's k-th draw differs from its first

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from llmctl.model.transformer import Transformer
@@ -130,8 +131,7 @@ class Engine:
         for i in range(0, len(ids), self.batch_size):
             batch = ids[i : i + self.batch_size]
             run = self._generate_cached if use_cache else self._generate_uncached
-            gens = gen if seeds is None else [torch.Generator(device="cpu").manual_seed(s) for s in seeds[i : i + self.batch_size]]
-            out.extend(run(batch, params, gens))
+            out.extend(run(batch, params, gen if seeds is None else RowStreams(seeds[i : i + self.batch_size])))
         return out
 
     # -- one batch ---------------------------------------------------------------------------
@@ -184,7 +184,7 @@ class Engine:
         return state.results()
 
     def _sample(self, logits: torch.Tensor, params: SamplingParams, gen) -> tuple[torch.Tensor, torch.Tensor]:
-        """gen: one torch.Generator for the batch, or a list of one per row."""
+        """gen: one torch.Generator for the batch, or RowStreams (a stream per row)."""
         logits = logits[:, : self.vocab].float().cpu()
         if params.temperature <= 0:
             ids = logits.argmax(-1)
@@ -192,11 +192,36 @@ class Engine:
         logits = _filter_logits(logits / params.temperature, params.top_k, params.top_p)
         logp = torch.log_softmax(logits, -1)
         probs = logp.exp()
-        if isinstance(gen, list):  # one generator per row
-            ids = torch.cat([torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(gen)])
+        if isinstance(gen, RowStreams):  # inverse CDF: the first token whose cumulative mass exceeds u
+            cdf = probs.double().cumsum(-1)
+            u = torch.from_numpy(gen.next_uniform()) * cdf[:, -1]
+            ids = torch.searchsorted(cdf, u[:, None], right=True)[:, 0].clamp_max(probs.shape[-1] - 1)
         else:
             ids = torch.multinomial(probs, 1, generator=gen)[:, 0]
         return ids, logp.gather(-1, ids[:, None])[:, 0]
+
+
+class RowStreams:
+    """One random stream per row, counter-based: the k-th uniform of a row is splitmix64(seed + k·γ)
+    (Steele, Lea & Flood 2014), so a row's samples depend on its seed alone, not on which rows share
+    its batch or on how many ranks split the work — and all rows draw in one vectorized step, where
+    a torch.Generator per row would cost a Python call per row per token."""
+
+    GAMMA = np.uint64(0x9E3779B97F4A7C15)
+
+    def __init__(self, seeds: Sequence[int]):
+        self.seeds = np.array([s % 2**64 for s in seeds], dtype=np.uint64)
+        self.k = 0
+
+    def next_uniform(self) -> np.ndarray:
+        """(rows,) float64 in [0, 1), the next draw of every row."""
+        self.k += 1
+        with np.errstate(over="ignore"):  # uint64 arithmetic wraps modulo 2**64, as splitmix64 wants
+            z = self.seeds + np.uint64(self.k) * self.GAMMA
+            z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            z = z ^ (z >> np.uint64(31))
+        return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 class _RowState:
