@@ -77,7 +77,7 @@ def norm_words(text):
 # ----------------------------------------------------------------------------- reproducible
 def test_regenerates_committed_files_byte_for_byte(regenerated):
     out, counts = regenerated
-    assert counts == {"cloze.jsonl": 200, "arithmetic.jsonl": 100, "arithmetic-train.jsonl": 200}
+    assert counts == {"cloze.jsonl": 200, "arithmetic.jsonl": 100, "arithmetic-train.jsonl": 1200}
     for name in FILES:
         assert (TASKS / name).is_file(), f"examples/tasks/{name} is missing: run examples/make_tasks.py"
         assert (out / name).read_bytes() == (TASKS / name).read_bytes(), f"{name} differs: rerun examples/make_tasks.py and commit"
@@ -115,7 +115,7 @@ ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a *
 
 def test_arithmetic_schema_and_answers(arith):
     test, train = arith
-    assert (len(test), len(train)) == (100, 200)
+    assert (len(test), len(train)) == (100, 1200)
     for items in (test, train):
         for n, it in enumerate(items, 1):
             assert list(it) == ["question", "answer"], n
