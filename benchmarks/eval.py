@@ -275,9 +275,10 @@ def gen_child(spec_file: str) -> None:
 
 def padded_positions(lengths: list[int]) -> int:
     """Positions the scoring forward passes cover: rows as score._score_items packs them × width."""
+    from llmctl.eval.runner import EvalConfig
     from llmctl.eval.score import pack_rows, row_width
 
-    width = row_width(lengths, 4096)  # EvalConfig.batch_tokens' default
+    width = row_width(lengths, EvalConfig().batch_tokens)
     return len(pack_rows(lengths, width)) * width
 
 

@@ -9,7 +9,6 @@ compared paired: `llmctl eval compare A B`) and a manifest.
 from __future__ import annotations
 
 import functools
-
 import json
 import math
 import time
@@ -31,6 +30,7 @@ from llmctl.eval.score import argmax_first, encode_pair, normalized_scores, scor
 from llmctl.eval.tasks import GenScoring, MCItem, TaskSpec, chat_messages, fewshot_prefix, gen_prompt, load_items
 from llmctl.model.generate import Engine, SamplingParams
 from llmctl.runtime.progress import Progress
+from llmctl.train.alloc import keep_freed_memory
 
 NORMS = ("none", "per_token", "per_char", "pmi")
 PMI_CONTEXT = "Answer:"  # ln P(o | "Answer:") is what pmi subtracts (§A10)
@@ -72,10 +72,7 @@ class Evaluator:
 
         self.cfg, self.progress = cfg, progress or Progress()
         self.model, self.ckpt = load_model(checkpoint, pick_device(cfg.device))
-        if self.model.embed.weight.device.type == "cpu":
-            from llmctl.train.alloc import keep_freed_memory
-
-            keep_freed_memory()  # each scoring batch reuses the last one's memory instead of faulting in fresh pages
+        keep_freed_memory(self.device)  # on CPU each scoring batch reuses the last one's memory instead of faulting in fresh pages
         if self.ckpt.tokenizer_file is None:
             raise UsageError(f"{self.ckpt.path} has no tokenizer.json: cannot turn task text into tokens")
         from tokenizers import Tokenizer

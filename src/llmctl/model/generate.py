@@ -116,9 +116,10 @@ class Engine:
 
     def generate(self, prompts: Sequence[str | list[int]], params: SamplingParams, use_cache: bool = True,
                  seeds: Sequence[int] | None = None) -> list[Generation]:
-        """`seeds` (one per prompt) gives every row its own sampling generator, so a row's tokens do
-        not depend on which other rows share its batch (rl's data-parallel ranks sample the same
-        completions as one process); without it one generator seeded by params.seed serves all rows."""
+        """`seeds` (one per prompt) gives every row its own random stream (RowStreams), so a row's
+        tokens do not depend on which other rows share its batch (rl's data-parallel ranks sample
+        the same completions as one process); without it one generator seeded by params.seed
+        serves all rows."""
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
         with cpu_threads_for(self.model, self.batch_size):

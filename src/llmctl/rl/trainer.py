@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,6 +43,7 @@ from llmctl.model.generate import SamplingParams
 from llmctl.rl.grpo import ADV_STD, KL, LOSS_AGG, advantages, aggregate, clipped_surrogate, kl_estimate
 from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch
 from llmctl.train import distributed
+from llmctl.train.alloc import keep_freed_memory
 from llmctl.train.optim import make_optimizer
 from llmctl.train.trainer import truncate_metrics
 
@@ -142,10 +142,7 @@ class RLTrainer:
         self.model.train()
         self.params = list(self.model.parameters())
         self.opt = make_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps, fused=True)
-        if self.device.type == "cpu":
-            from llmctl.train.alloc import keep_freed_memory
-
-            keep_freed_memory()
+        keep_freed_memory(self.device)
         if resume and (opt_state := ck.optimizer_state()) is not None:
             self.opt.load_state_dict(opt_state)
 

@@ -16,8 +16,11 @@ M_TRIM_THRESHOLD = -1  # glibc mallopt parameters (malloc.h)
 M_MMAP_MAX = -4
 
 
-def keep_freed_memory() -> bool:
-    """Apply the settings; False where the C library is not glibc (nothing changes then)."""
+def keep_freed_memory(device="cpu") -> bool:
+    """Apply the settings when `device` is the CPU (train, rl and eval call it with theirs); False
+    on an accelerator or where the C library is not glibc (nothing changes then)."""
+    if getattr(device, "type", device) != "cpu":
+        return False
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name or "libc.so.6")

@@ -182,8 +182,7 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.dist = distributed.init(cfg.device)
-        if self.dist.device.type == "cpu":
-            keep_freed_memory()
+        keep_freed_memory(self.dist.device)
         self.batch_seqs = cfg.batch_tokens // cfg.seq_len
         if self.batch_seqs % self.dist.world:
             raise UsageError(f"train: {self.batch_seqs} sequences per batch do not split over {self.dist.world} ranks")
