@@ -41,7 +41,7 @@ def records(run):
 def test_rl_end_to_end_logs_everything_the_spec_lists(sft_model, tmp_path):
     run = tmp_path / "rl"
     p = llmctl("rl", sft_model / "sft", "--prompts", sft_model / "digits.jsonl", "--verifier", "regex",
-               "--eval", sft_model / "sums.jsonl", "-o", run, *RL_ARGS, "--json", check=True)
+               "--eval", sft_model / "sums.jsonl", "-o", run, *RL_ARGS, "--warmup-steps", "2", "--json", check=True)
     assert json.loads(p.stdout)["counts"]["steps"] == 2
     recs = records(run)
     assert recs[0]["step"] == 0 and {"mean", "ci_low", "ci_high", "n"} <= set(recs[0]["eval"])
@@ -51,8 +51,9 @@ def test_rl_end_to_end_logs_everything_the_spec_lists(sft_model, tmp_path):
         assert key in step, key
     trained = [r for r in recs[1:] if r.get("updates")]
     assert trained, "no step had a group with different rewards"
-    for key in ("entropy", "clip_frac", "ratio_gt2", "grad_norm", "trained_tokens"):
+    for key in ("entropy", "clip_frac", "ratio_gt2", "grad_norm", "trained_tokens", "lr"):
         assert key in trained[0], key
+    assert all(r["lr"] == pytest.approx(1e-3 * min(1, r["step"] / 2)) for r in trained)  # --warmup-steps 2
     assert 0 < trained[0]["zero_variance_share"] < 1 or trained[0]["groups_trained"] > 0
     rows = pq.read_table(run / "rollouts" / "step-000001.parquet").to_pylist()
     assert len(rows) == step["groups_drawn"] * 4

@@ -99,6 +99,7 @@ def test_schedule_shapes():
     assert lr_at(550, schedule="cosine", **kw) == pytest.approx(0.55)
     assert lr_at(1000, schedule="linear", **kw) == pytest.approx(0.0)
     assert lr_at(550, schedule="linear", **kw) == pytest.approx(0.5)
+    assert [lr_at(t, schedule="constant", **kw) for t in (50, 100, 1000)] == pytest.approx([0.5, 1.0, 1.0])
 
 
 def test_weight_decay_only_on_matrices_not_embeddings_or_gains():

@@ -973,7 +973,9 @@ def rl(
     temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature (the loss uses the same).")] = None,
     top_p: Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling mass for rollouts.")] = None,
     format_reward: Annotated[Optional[float], typer.Option("--format-reward", help="Added when the answer has the expected form ('#### n', \\boxed{}).")] = None,
-    lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate.")] = None,
+    lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate (the peak of --schedule).")] = None,
+    warmup_steps: Annotated[Optional[int], typer.Option("--warmup-steps", help="Steps of linear warmup from 0 to --lr.")] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", help="Rate after warmup: constant, linear (to 0) or cosine (to 10%).")] = None,
     adv_std: Annotated[Optional[str], typer.Option("--adv-std", help="Advantage scale: group (GRPO), group-bessel (verl), batch, none (Dr. GRPO).")] = None,
     clip_low: Annotated[Optional[float], typer.Option("--clip-low", help="ε_low of the ratio clip.")] = None,
     clip_high: Annotated[Optional[float], typer.Option("--clip-high", help="ε_high (DAPO clip-higher: 0.28).")] = None,
@@ -998,7 +1000,7 @@ def rl(
 
     quiet, as_json = _flags(quiet, json_)
     flags = dict(steps=steps, group_size=group_size, prompts_per_step=prompts_per_step, max_new_tokens=max_new_tokens, lr=lr,
-                 temperature=temperature, top_p=top_p, format_reward=format_reward,
+                 warmup_steps=warmup_steps, schedule=schedule, temperature=temperature, top_p=top_p, format_reward=format_reward,
                  adv_std=adv_std, clip_low=clip_low, clip_high=clip_high, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
                  epochs=epochs, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, seed=seed, device=device)
     cfg = build_config(RLConfig, "rl", config, flags)

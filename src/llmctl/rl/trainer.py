@@ -44,13 +44,14 @@ from llmctl.rl.grpo import ADV_STD, KL, LOSS_AGG, advantages, aggregate, clipped
 from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch
 from llmctl.train import distributed
 from llmctl.train.alloc import keep_freed_memory
-from llmctl.train.optim import make_optimizer
+from llmctl.train.optim import lr_at, make_optimizer
 from llmctl.train.trainer import truncate_metrics
 
 
 # per-sample numbers every rank shares after each draw (rl/trainer.py's all-reduced table)
 COLUMNS = ("reward", "correct", "length", "truncated", "masked")
 REWARD, CORRECT, LENGTH, TRUNCATED, MASKED = range(len(COLUMNS))
+SCHEDULES = ("constant", "linear", "cosine")
 
 
 @dataclass
@@ -62,6 +63,10 @@ class RLConfig:
     temperature: float = 1.0  # sampling temperature; log-probs are taken at the same temperature
     top_p: float = 1.0
     lr: float = 1e-5
+    # the rate's shape over the run (TRL: warmup_ratio, lr_scheduler_type). An SFT model annealed to
+    # lr 0 loses points when Adam restarts at a high rate, even on gold answers (RESULTS.md, rl held-out)
+    warmup_steps: int = 0  # linear warmup from 0 to lr over the first steps
+    schedule: str = "constant"  # constant | linear (to 0, TRL's default) | cosine (to 10%)
     weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.99  # small batches (§A4: 0.99+ below ~128 sequences)
@@ -89,7 +94,8 @@ class RLConfig:
     device: str = "auto"
 
     def check(self) -> None:
-        for name, allowed in (("adv_std", ADV_STD), ("loss_agg", LOSS_AGG), ("kl", KL), ("truncated", ("mask", "zero"))):
+        for name, allowed in (("adv_std", ADV_STD), ("loss_agg", LOSS_AGG), ("kl", KL), ("truncated", ("mask", "zero")),
+                              ("schedule", SCHEDULES)):
             if getattr(self, name) not in allowed:
                 raise UsageError(f"rl: {name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if self.group_size < 2:
@@ -269,6 +275,9 @@ class RLTrainer:
             ref = [self._logps(self.reference, samples[i : i + c.micro_batch])[0] for i in range(0, len(samples), c.micro_batch)] if self.reference else None
         stats = {"clip_frac": 0.0, "ratio_gt2": 0.0, "kl_ref": 0.0, "entropy": 0.0}
         grad_norm = 0.0
+        lr = self.lr()
+        for group in self.opt.param_groups:
+            group["lr"] = lr
         self.model.train()
         for _ in range(c.epochs):
             for b, i in enumerate(range(0, len(samples), c.micro_batch)):
@@ -294,10 +303,15 @@ class RLTrainer:
                 self.opt.step()
             self.opt.zero_grad(set_to_none=True)
         stats = dict(zip(stats, distributed.all_reduce_sum(list(stats.values()), d)))
-        stats["grad_norm"] = grad_norm
+        stats["grad_norm"], stats["lr"] = grad_norm, lr
         stats["updates"] = c.epochs
         stats["trained_samples"], stats["trained_tokens"] = n_seqs, n_tokens
         return stats
+
+    def lr(self) -> float:
+        """The rate of the step being taken (self.state["step"] counts the steps already done)."""
+        c = self.cfg
+        return lr_at(self.state["step"] + 1, peak=c.lr, total=c.steps, warmup=c.warmup_steps, schedule=c.schedule)
 
     @torch.no_grad()
     def evaluate(self) -> dict | None:

@@ -36,9 +36,11 @@ def lr_at(tokens: float, *, peak: float, total: float, warmup: float, schedule: 
 
     wsd: linear warmup, flat at peak, then decay over the last cooldown_frac of the run, linear
     or 1−√ (spec §A5, L2277); cosine: to final_frac·peak, 10% by default (L2273); linear: to zero
-    (D2Z)."""
+    (D2Z); constant: the peak after warmup (RL's usual rate, verl's default)."""
     if warmup > 0 and tokens < warmup:
         return peak * tokens / warmup
+    if schedule == "constant":
+        return peak
     x = min(1.0, (tokens - warmup) / max(1.0, total - warmup))  # progress after warmup
     if schedule == "cosine":
         floor = peak * (final_frac if final_frac else 0.1)
