@@ -173,7 +173,7 @@ def main() -> None:
         f"| pass@1, 8 samples at temperature 0.7, top-p 0.95 | {sampled['pass@1']['mean'] * 100:.1f}% |",
         f"| pass@8 (some sample right) | {sampled['pass@8']['mean'] * 100:.0f}% |",
         f"| maj@8 (the most frequent answer right): what perfect sharpening would give | {sampled['maj@8']['mean'] * 100:.0f}% "
-        f"(greedy + {sampled['maj@8']['mean'] * 100 - sft_pct:.0f}) |",
+        f"(greedy {sampled['maj@8']['mean'] * 100 - sft_pct:+.0f}) |",
         "",
         "| greedy answers by cause | problems |",
         "|---|---|",
