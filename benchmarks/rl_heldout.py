@@ -17,7 +17,7 @@
    95% intervals): the demo's preset as the demo runs it, the preset on fresh problems, and 1e-4
    with and without warmup.
 
-About 12 minutes on 2 cores. The section goes to benchmarks/RESULTS.md (## rl held-out).
+About 11 minutes on 2 cores. The section goes to benchmarks/RESULTS.md (## rl held-out).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from llmctl.rl.grpo import ADV_STD, KL, LOSS_AGG, advantages, aggregate, clipped
 from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch
 from llmctl.train import distributed
 from llmctl.train.alloc import keep_freed_memory
-from llmctl.train.optim import lr_at, make_optimizer
+from llmctl.train.optim import lr_at, make_optimizer, set_lr
 from llmctl.train.trainer import truncate_metrics
 
 
@@ -275,9 +275,7 @@ class RLTrainer:
             ref = [self._logps(self.reference, samples[i : i + c.micro_batch])[0] for i in range(0, len(samples), c.micro_batch)] if self.reference else None
         stats = {"clip_frac": 0.0, "ratio_gt2": 0.0, "kl_ref": 0.0, "entropy": 0.0}
         grad_norm = 0.0
-        lr = self.lr()
-        for group in self.opt.param_groups:
-            group["lr"] = lr
+        lr = set_lr(self.opt, self.lr())
         self.model.train()
         for _ in range(c.epochs):
             for b, i in enumerate(range(0, len(samples), c.micro_batch)):

@@ -30,6 +30,13 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tupl
     return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, fused=fused)
 
 
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> float:
+    """Give every parameter group the step's rate (train and rl set it before each update)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    return lr
+
+
 def lr_at(tokens: float, *, peak: float, total: float, warmup: float, schedule: str,
           cooldown_frac: float = 0.2, cooldown: str = "linear", final_frac: float = 0.0) -> float:
     """Learning rate of the step that ends at `tokens` tokens (so step 0 already has a nonzero rate).

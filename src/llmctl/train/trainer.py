@@ -44,7 +44,7 @@ from llmctl.train import distributed
 from llmctl.train.alloc import keep_freed_memory
 from llmctl.train.loader import PackedBatches
 from llmctl.train.mfu import peak_flops
-from llmctl.train.optim import lr_at, make_optimizer
+from llmctl.train.optim import lr_at, make_optimizer, set_lr
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -301,9 +301,7 @@ class Trainer:
             while state["step"] < last_step:
                 step = state["step"]
                 t0 = time.perf_counter()
-                lr = self.lr(state["tokens"] + c.batch_tokens)
-                for g in opt.param_groups:
-                    g["lr"] = lr
+                lr = set_lr(opt, self.lr(state["tokens"] + c.batch_tokens))
                 ce, max_logit, loss_tokens = self._accumulate(model, loader, step)
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, c.grad_clip, foreach=True)
                 ce, = distributed.all_reduce_sum([ce], d)
