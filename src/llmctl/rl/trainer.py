@@ -408,8 +408,5 @@ class RLTrainer:
 
 
 def run_rl(init: str, prompts: str, out: Path, cfg: RLConfig, **kw) -> Manifest:
-    d = distributed.init(cfg.device)  # a no-op outside torchrun
-    try:
+    with distributed.session(distributed.init(cfg.device)):  # init: a no-op outside torchrun
         return RLTrainer(init, prompts, out, cfg, **kw).run()
-    finally:
-        distributed.shutdown(d)

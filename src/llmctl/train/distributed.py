@@ -8,6 +8,7 @@ runs two processes on this machine).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -128,3 +129,16 @@ def barrier(d: Dist) -> None:
 def shutdown(d: Dist) -> None:
     if d.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+@contextmanager
+def session(d: Dist):
+    """Around a whole train or rl run: on success every rank waits for the others before the
+    process group is torn down (rank 0 writes the manifest after the last collective; a gloo rank
+    whose peer closes its sockets meanwhile can abort — SIGABRT, seen once in the two-rank FSDP
+    test); on an error no barrier, so a failing rank exits and torchrun stops the rest."""
+    try:
+        yield
+        barrier(d)
+    finally:
+        shutdown(d)

@@ -462,10 +462,8 @@ class Trainer:
 
 def run_train(tokens: Path, out: Path, model_cfg: ModelConfig, cfg: TrainConfig, **kw) -> Manifest:
     trainer = Trainer(tokens, out, model_cfg, cfg, **kw)
-    try:
+    with distributed.session(trainer.dist):
         return trainer.run()
-    finally:
-        distributed.shutdown(trainer.dist)
 
 
 def parse_sets(sets: list[str]) -> tuple[dict, dict]:
