@@ -671,7 +671,7 @@ def breakdown(docs: Path, n: int = 2500, passes: int = 3) -> dict:
 
     from llmctl.data.dedup.minhash import MinHasher, Shingler, Words
     from llmctl.data.dedup.normalize import normalized_codes, normalized_words
-    from llmctl.data.dedup.stage import _chunks
+    from llmctl.data.dedup.run import _chunks
 
     texts = [t for p in sorted(docs.glob("part-*.parquet")) for t in pq.read_table(p, columns=["text"]).column("text").to_pylist()][:n]
     best: dict[str, float] = {}

@@ -179,7 +179,7 @@ def build_sides(cfg, lr: float, names: list[str]) -> tuple[dict, dict]:
 
     from llmctl.model.export import hf_state_dict
     from llmctl.model.transformer import Transformer
-    from llmctl.train.optim import param_groups
+    from llmctl.torchrt.optim import param_groups
 
     torch.manual_seed(0)  # what the trainer does before building the model
     ours = Transformer(cfg)

@@ -13,7 +13,7 @@ import pytest
 from conftest import CRAWL, ROOT, llmctl, shared_file
 from llmctl.data.dedup.normalize import normalized_words
 from llmctl.errors import UsageError
-from llmctl.eval.decontam import (
+from llmctl.data.decontam.run import (
     DecontamConfig,
     EvalTask,
     build_index,
@@ -24,7 +24,7 @@ from llmctl.eval.decontam import (
     run_decontam,
 )
 from llmctl.eval.taskfile import read_records
-from llmctl.runtime.stage import RunOptions
+from llmctl.runtime.sharded import RunOptions
 
 # ---------------------------------------------------------------------------------------------
 # helpers

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from llmctl.artifacts.docs import DocsSink, ShardWriter, open_docs_inputs, resolve_docs_inputs
-from llmctl.docs_ops import CatConfig, run_cat
+from llmctl.data.cat import CatConfig, run_cat
 from llmctl.errors import UsageError
 
 ROWS = [

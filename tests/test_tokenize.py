@@ -13,7 +13,7 @@ from llmctl.artifacts.tokens import TokenDataset, token_dtype
 from llmctl.data import tokenizer as bpe
 from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from llmctl.errors import UsageError
-from llmctl.runtime.stage import RunOptions
+from llmctl.runtime.sharded import RunOptions
 
 TEXTS = [
     "The river runs past the old mill. It's 1234567 steps away!",
@@ -90,7 +90,7 @@ def test_sample_indices_is_seeded_within_budget_and_skips_empty():
 
 
 def test_write_shard_takes_lists_or_arrays(tmp_path):
-    from llmctl.artifacts.tokens import ShardWriter, write_shard
+    from llmctl.artifacts.tokens import TokenShardWriter, write_shard
 
     docs = [[5, 6, 7], [], [65535, 1]]
     got = [write_shard(tmp_path / f"{k}.bin", tmp_path / f"{k}.idx", d, 9, np.dtype("<u2")) for k, d in (("l", docs), ("a", [np.array(x, np.uint32) for x in docs]))]
@@ -101,7 +101,7 @@ def test_write_shard_takes_lists_or_arrays(tmp_path):
         assert (tmp_path / f"l.{ext}").read_bytes() == (tmp_path / f"a.{ext}").read_bytes()
     assert write_shard(tmp_path / "e.bin", tmp_path / "e.idx", [], 9, np.dtype("<u2")) == (0, 0)
     with pytest.raises(RuntimeError):  # a failed shard leaves nothing behind, not even temporaries
-        with ShardWriter(tmp_path / "f.bin", tmp_path / "f.idx", 9, np.dtype("<u2")) as shard:
+        with TokenShardWriter(tmp_path / "f.bin", tmp_path / "f.idx", 9, np.dtype("<u2")) as shard:
             shard.add(docs)
             raise RuntimeError("encoder failed")
     assert not list(tmp_path.glob("*f.*"))

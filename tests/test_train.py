@@ -22,8 +22,8 @@ from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
 from llmctl.model.transformer import Transformer
-from llmctl.runtime.stage import RunOptions
-from llmctl.train.optim import lr_at, param_groups
+from llmctl.runtime.sharded import RunOptions
+from llmctl.torchrt.optim import lr_at, param_groups
 from llmctl.train.trainer import TrainConfig, load_run_config, run_train
 
 SMALL = ["--set", "model.n_layers=2", "--set", "model.d_model=64", "--set", "model.n_heads=4",

@@ -25,12 +25,12 @@ def token_dtype(vocab_size: int) -> np.dtype:
 def write_shard(bin_path: Path, idx_path: Path, docs: Sequence[Sequence[int]], eos: int, dtype: np.dtype) -> tuple[int, int]:
     """Write one shard atomically; return (documents, tokens including the EOS after each).
     `docs` holds each document's ids, as lists or (faster: no Python ints) numpy arrays."""
-    with ShardWriter(bin_path, idx_path, eos, dtype) as shard:
+    with TokenShardWriter(bin_path, idx_path, eos, dtype) as shard:
         shard.add(docs)
     return shard.n_docs, shard.n_tokens
 
 
-class ShardWriter:
+class TokenShardWriter:
     """Streams documents into one shard, batch by batch, so a shard never has to fit in memory:
     `add` appends to temporary files; a clean exit from the `with` block renames them into place,
     an exception deletes them (nothing half-written is ever visible)."""
@@ -54,7 +54,7 @@ class ShardWriter:
         self.n_docs += len(docs)
         self.n_tokens += len(flat)
 
-    def __enter__(self) -> ShardWriter:
+    def __enter__(self) -> TokenShardWriter:
         return self
 
     def __exit__(self, exc_type, *_) -> None:

@@ -39,7 +39,7 @@ from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.split import auto_chunk, byte_ranges
-from llmctl.runtime.stage import RunOptions, run_sharded
+from llmctl.runtime.sharded import RunOptions, run_sharded
 
 STAGE = "crawl-extract"
 HTML_TYPES = ("text/html", "application/xhtml+xml")

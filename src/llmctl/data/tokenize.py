@@ -23,15 +23,15 @@ import pyarrow.compute as pc
 
 from llmctl.artifacts.docs import DocsSource, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count
 from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, write_manifest
-from llmctl.artifacts.tokens import ShardWriter, token_dtype
+from llmctl.artifacts.tokens import TokenShardWriter, token_dtype
 from llmctl.data import tokenizer as bpe
-from llmctl.docs_ops import prepare_plain_out
+from llmctl.data.cat import prepare_plain_out
 from llmctl.errors import UsageError
 from llmctl.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from llmctl.runtime.executor import Task
-    from llmctl.runtime.stage import RunOptions
+    from llmctl.runtime.sharded import RunOptions
 
 STAGE = "tokenize"
 
@@ -117,7 +117,7 @@ class _Encode:
         enc = bpe.encoder(self.tokenizer_path, threads=self.threads)
         bin_name, idx_name = f"{task.name}.bin", f"{task.name}.idx"
         n_bytes = skipped = 0
-        with ShardWriter(out / bin_name, out / idx_name, enc.info.eos_id, token_dtype(enc.info.vocab_size)) as shard:
+        with TokenShardWriter(out / bin_name, out / idx_name, enc.info.eos_id, token_dtype(enc.info.vocab_size)) as shard:
             for batch in read_source(DocsSource(**task.payload), columns=[]):
                 texts = batch.column("text")
                 if cfg.split:
@@ -138,7 +138,7 @@ class _Encode:
 def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
     # imported here, not at the top: `tokenize train` needs no process pool and starts faster
     from llmctl.runtime.executor import Task, default_workers
-    from llmctl.runtime.stage import RunOptions, run_sharded
+    from llmctl.runtime.sharded import RunOptions, run_sharded
 
     cfg.check()
     opts = opts or RunOptions()

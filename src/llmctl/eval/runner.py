@@ -30,7 +30,7 @@ from llmctl.eval.score import argmax_first, encode_pair, normalized_scores, scor
 from llmctl.eval.tasks import GenScoring, MCItem, TaskSpec, chat_messages, fewshot_prefix, gen_prompt, load_items
 from llmctl.model.generate import Engine, SamplingParams
 from llmctl.runtime.progress import Progress
-from llmctl.train.alloc import keep_freed_memory
+from llmctl.torchrt.alloc import keep_freed_memory
 
 NORMS = ("none", "per_token", "per_char", "pmi")
 PMI_CONTEXT = "Answer:"  # ln P(o | "Answer:") is what pmi subtracts (§A10)
@@ -68,7 +68,7 @@ class EvalConfig:
 class Evaluator:
     def __init__(self, checkpoint: str, cfg: EvalConfig, progress: Progress | None = None):
         cfg.check()
-        from llmctl.train.distributed import pick_device
+        from llmctl.torchrt.distributed import pick_device
 
         self.cfg, self.progress = cfg, progress or Progress()
         self.model, self.ckpt = load_model(checkpoint, pick_device(cfg.device))

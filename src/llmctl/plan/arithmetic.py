@@ -3,7 +3,7 @@
 Every function is one formula of the spec, cited in its docstring (`compute` =
 ../shared/spec/001-compute-appendix.md, `scaling` = 001-arch-optim-scaling.md, `ops` =
 001-systems-ops.md). Units: bytes, FLOPs, seconds; GB = 1e9 bytes (compute, "Unit rules").
-Parameter counts of a model come from `llmctl.plan.model.Arch` (dense Llama counts from
+Parameter counts of a model come from `llmctl.plan.arch.Arch` (dense Llama counts from
 `ModelConfig`); nothing here knows about config files.
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 from llmctl.errors import UsageError
 from llmctl.plan import arithmetic as ar
 from llmctl.plan.hardware import Hardware, load_table, lookup
-from llmctl.plan.model import Arch
+from llmctl.plan.arch import Arch
 
 DEFAULT_PRICE = 2.0  # $/GPU-hour, DeepSeek's assumption (compute §D: illustrative)
 DEFAULT_FAILURE_RATE = 3.79  # failures per 1,000 node-days, Llama 3 (ops §B 13)

@@ -14,7 +14,7 @@ numbers (reward, correct, length, truncated, masked) are all-reduced so that eve
 whole draw: dynamic sampling keeps the same groups, group advantages (and the batch std) and the
 loss normalizers (sequences, tokens) are those of the global batch, and the metrics describe it.
 Each rank backpropagates its own kept groups' share of the global loss; the gradients are summed
-across ranks (train.distributed.all_reduce_grads), so the update equals the one process would make
+across ranks (torchrt.distributed.all_reduce_grads), so the update equals the one process would make
 on the whole batch. Rank 0 gathers the rollouts into the same rollouts/step-N.parquet and alone
 writes metrics.jsonl, checkpoints and the manifest; held-out evaluation is split across ranks.
 """
@@ -42,9 +42,9 @@ from llmctl.eval.metrics import summarize_scores
 from llmctl.model.generate import SamplingParams
 from llmctl.rl.grpo import ADV_STD, KL, LOSS_AGG, advantages, aggregate, clipped_surrogate, kl_estimate
 from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch
-from llmctl.train import distributed
-from llmctl.train.alloc import keep_freed_memory
-from llmctl.train.optim import lr_at, make_optimizer, set_lr
+from llmctl.torchrt import distributed
+from llmctl.torchrt.alloc import keep_freed_memory
+from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
 from llmctl.train.trainer import truncate_metrics
 
 

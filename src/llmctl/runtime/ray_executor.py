@@ -2,7 +2,7 @@
 
 The driver (the `llmctl` process) plans the tasks and commits the artifact; Ray only runs the
 task function, which writes its shard under a temporary name, renames it into place and then
-writes the shard's `.shards/NAME.json` marker (runtime/stage.py). So:
+writes the shard's `.shards/NAME.json` marker (runtime/sharded.py). So:
 
 - a worker that dies (killed, out of memory, its node lost) is retried by Ray (`max_retries`);
   the retry writes the same bytes under its own temporary name, or, when the shard had already

@@ -40,11 +40,11 @@ from llmctl.errors import Interrupted, StageFailed, UsageError
 from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths, unigram_bits_per_byte
 from llmctl.model.config import ModelConfig
 from llmctl.model.transformer import Transformer
-from llmctl.train import distributed
-from llmctl.train.alloc import keep_freed_memory
+from llmctl.torchrt import distributed
+from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.train.loader import PackedBatches
 from llmctl.train.mfu import peak_flops
-from llmctl.train.optim import lr_at, make_optimizer, set_lr
+from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

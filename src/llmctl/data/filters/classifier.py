@@ -41,7 +41,7 @@ from llmctl.artifacts.docs import STDIO, open_docs_inputs
 from llmctl.artifacts.manifest import Manifest, input_ref, output_entry, write_manifest
 from llmctl.data.filters.base import Check, Step
 from llmctl.data.filters.doc import Doc
-from llmctl.docs_ops import prepare_plain_out
+from llmctl.data.cat import prepare_plain_out
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.progress import Progress
 

@@ -74,7 +74,7 @@ from llmctl.errors import UsageError
 from llmctl.eval.taskfile import read_records, where
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
-from llmctl.runtime.stage import RunOptions, run_sharded
+from llmctl.runtime.sharded import RunOptions, run_sharded
 
 STAGE = "decontam"
 REPORT_KIND = "decontam-report"

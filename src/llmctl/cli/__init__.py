@@ -106,7 +106,7 @@ def inspect(
     json_: Json = False,
 ) -> None:
     """Show what PATH is: kind, schema, counts, a few sample rows (any artifact, docs or WARC)."""
-    from llmctl.inspection import inspect_path
+    from llmctl.data.inspect import inspect_path
 
     _, as_json = _flags(quiet, json_)
     info = inspect_path(path, samples=samples)
@@ -181,7 +181,7 @@ def cat(
     json_: Json = False,
 ) -> None:
     """Concatenate docs into one artifact or stream (columns are unioned, missing ones null)."""
-    from llmctl.docs_ops import CatConfig, run_cat
+    from llmctl.data.cat import CatConfig, run_cat
 
     quiet, as_json = _flags(quiet, json_)
     m = run_cat(inputs, output, CatConfig(rows_per_part=rows_per_part, overwrite=overwrite), ConsoleProgress(quiet))
@@ -198,7 +198,7 @@ def head(
     json_: Json = False,
 ) -> None:
     """The first N documents of INPUT, as an artifact or stream (stops reading early)."""
-    from llmctl.docs_ops import CatConfig, run_cat
+    from llmctl.data.cat import CatConfig, run_cat
 
     quiet, as_json = _flags(quiet, json_)
     m = run_cat([input], output, CatConfig(limit=n, overwrite=overwrite), ConsoleProgress(quiet))
@@ -230,7 +230,7 @@ def _bytes(value: str) -> int:
 
 
 def _run_options(workers, shard_index, num_shards, overwrite, strict, executor="local", ray_address=None, cpus_per_task=None, memory_per_task=None):
-    from llmctl.runtime.stage import EXECUTORS, RunOptions
+    from llmctl.runtime.sharded import EXECUTORS, RunOptions
 
     if shard_index >= num_shards:
         raise UsageError(f"--shard-index {shard_index} must be below --num-shards {num_shards}")
@@ -252,7 +252,7 @@ def _run_options(workers, shard_index, num_shards, overwrite, strict, executor="
 
 def _executor(opts):
     """One executor scope around a whole stage (one Ray connection for all of dedup's phases)."""
-    from llmctl.runtime.stage import executor_scope
+    from llmctl.runtime.sharded import executor_scope
 
     return executor_scope(opts)
 
@@ -482,7 +482,7 @@ def dedup(
 
     Kept rows get dup_cluster_id (the survivor's id) and dup_cluster_size."""
     from llmctl.config import build_config
-    from llmctl.data.dedup.stage import STAGE, DedupConfig, run_dedup
+    from llmctl.data.dedup.run import STAGE, DedupConfig, run_dedup
 
     quiet, as_json = _flags(quiet, json_)
     cfg = build_config(
@@ -813,7 +813,7 @@ def decontam(
 
     Words are lowercased with punctuation and accents stripped; digits are kept. The report (a table on stderr, decontam.json beside the output) gives per task: items, contaminated items and their share, training docs hit, n-grams matched, and the contaminated items themselves."""
     from llmctl.config import build_config
-    from llmctl.eval.decontam import REPORT_FILE, STAGE, DecontamConfig, run_decontam
+    from llmctl.data.decontam.run import REPORT_FILE, STAGE, DecontamConfig, run_decontam
 
     quiet, as_json = _flags(quiet, json_)
     if not against:
