@@ -24,7 +24,7 @@ from llmctl.data.decontam.run import (
     run_decontam,
 )
 from llmctl.eval.taskfile import read_records
-from llmctl.runtime.sharded import RunOptions
+from llmctl.runtime.options import RunOptions
 
 # ---------------------------------------------------------------------------------------------
 # helpers

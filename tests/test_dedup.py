@@ -17,7 +17,7 @@ from llmctl.data.dedup.normalize import normalize_text, normalize_url, normalize
 from llmctl.data.dedup.run import DedupConfig, run_dedup
 from llmctl.data.extract import ExtractConfig, run_crawl_extract
 from llmctl.errors import UsageError
-from llmctl.runtime.sharded import RunOptions
+from llmctl.runtime.options import RunOptions
 
 WORDS = "river mill stone bridge market harbor valley orchard meadow forest castle village tower garden".split()
 

@@ -14,7 +14,7 @@ from llmctl.data.decode import decode_html
 from llmctl.data.extract import ExtractConfig, is_html, page_title, run_crawl_extract, time_limit, _Timeout
 from llmctl.data.urlfilter import UrlFilter
 from llmctl.errors import UsageError
-from llmctl.runtime.sharded import RunOptions
+from llmctl.runtime.options import RunOptions
 
 # url -> (lang, a sentence fragment the extracted text must contain), checked by hand
 KNOWN_PAGES = {

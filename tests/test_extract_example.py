@@ -12,7 +12,7 @@ from conftest import CRAWL, ROOT
 from llmctl.config import build_config
 from llmctl.data.extract import STAGE, ExtractConfig, run_crawl_extract
 from llmctl.data.urlfilter import UrlFilter
-from llmctl.runtime.sharded import RunOptions
+from llmctl.runtime.options import RunOptions
 
 
 @pytest.fixture(scope="module")

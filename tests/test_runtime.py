@@ -14,7 +14,8 @@ from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, run_tasks
 from llmctl.runtime.progress import RecordingProgress
 from llmctl.runtime.split import auto_chunk, byte_ranges, select_shard
-from llmctl.runtime.sharded import RunOptions, run_sharded
+from llmctl.runtime.options import RunOptions
+from llmctl.runtime.sharded import run_sharded
 
 SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string())])
 

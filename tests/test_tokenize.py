@@ -13,7 +13,7 @@ from llmctl.artifacts.tokens import TokenDataset, token_dtype
 from llmctl.data import tokenizer as bpe
 from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from llmctl.errors import UsageError
-from llmctl.runtime.sharded import RunOptions
+from llmctl.runtime.options import RunOptions
 
 TEXTS = [
     "The river runs past the old mill. It's 1234567 steps away!",

@@ -22,7 +22,7 @@ from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
 from llmctl.model.transformer import Transformer
-from llmctl.runtime.sharded import RunOptions
+from llmctl.runtime.options import RunOptions
 from llmctl.torchrt.optim import lr_at, param_groups
 from llmctl.train.trainer import TrainConfig, load_run_config, run_train
 

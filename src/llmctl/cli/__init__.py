@@ -230,7 +230,7 @@ def _bytes(value: str) -> int:
 
 
 def _run_options(workers, shard_index, num_shards, overwrite, strict, executor="local", ray_address=None, cpus_per_task=None, memory_per_task=None):
-    from llmctl.runtime.sharded import EXECUTORS, RunOptions
+    from llmctl.runtime.options import EXECUTORS, RunOptions
 
     if shard_index >= num_shards:
         raise UsageError(f"--shard-index {shard_index} must be below --num-shards {num_shards}")
@@ -252,7 +252,7 @@ def _run_options(workers, shard_index, num_shards, overwrite, strict, executor="
 
 def _executor(opts):
     """One executor scope around a whole stage (one Ray connection for all of dedup's phases)."""
-    from llmctl.runtime.sharded import executor_scope
+    from llmctl.runtime.options import executor_scope
 
     return executor_scope(opts)
 

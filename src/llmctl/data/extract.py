@@ -39,7 +39,8 @@ from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.split import auto_chunk, byte_ranges
-from llmctl.runtime.sharded import RunOptions, run_sharded
+from llmctl.runtime.options import RunOptions
+from llmctl.runtime.sharded import run_sharded
 
 STAGE = "crawl-extract"
 HTML_TYPES = ("text/html", "application/xhtml+xml")

@@ -28,7 +28,8 @@ from llmctl.data.filters import STEPS, Doc, Step, all_stats, build_step, first_f
 from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
-from llmctl.runtime.sharded import RunOptions, run_sharded
+from llmctl.runtime.options import RunOptions
+from llmctl.runtime.sharded import run_sharded
 
 STAGE = "filter"
 

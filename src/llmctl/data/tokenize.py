@@ -31,7 +31,7 @@ from llmctl.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from llmctl.runtime.executor import Task
-    from llmctl.runtime.sharded import RunOptions
+    from llmctl.runtime.options import RunOptions
 
 STAGE = "tokenize"
 
@@ -138,7 +138,8 @@ class _Encode:
 def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
     # imported here, not at the top: `tokenize train` needs no process pool and starts faster
     from llmctl.runtime.executor import Task, default_workers
-    from llmctl.runtime.sharded import RunOptions, run_sharded
+    from llmctl.runtime.options import RunOptions
+from llmctl.runtime.sharded import run_sharded
 
     cfg.check()
     opts = opts or RunOptions()

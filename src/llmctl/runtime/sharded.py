@@ -24,8 +24,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,46 +35,12 @@ from llmctl.artifacts.docs import STDIO, DocsSink, remove_stale_temps, unify_sch
 from llmctl.artifacts.manifest import Manifest, output_entry, write_manifest
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, TaskResult, current_backend, run_tasks
+from llmctl.runtime.options import RunOptions, executor_scope
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.split import select_shard
 
 SHARDS_DIR = ".shards"
 RUN_FILE = "run.json"
-
-
-@dataclass
-class RunOptions:
-    """The run-control flags every sharded stage takes."""
-
-    workers: int | None = None
-    shard_index: int = 0
-    num_shards: int = 1
-    overwrite: bool = False
-    strict: bool = False
-    executor: str = "local"  # local: a process pool here; ray: Ray tasks (see executor_scope)
-    ray_address: str | None = None  # None: $RAY_ADDRESS, else a Ray started for the run
-    cpus_per_task: float = 1.0  # Ray resources reserved per task
-    memory_per_task: int | None = None  # bytes
-    max_retries: int = 3  # Ray retries of a task whose worker died
-
-
-EXECUTORS = ("local", "ray")
-
-
-@contextmanager
-def executor_scope(opts: RunOptions) -> Iterator[None]:
-    """Run the block's run_tasks calls on `opts.executor`. "local" keeps whatever scope is active
-    (the CLI opens one Ray scope around a whole command, so a multi-phase stage like dedup shares
-    one connection and stages that build their own RunOptions still follow it)."""
-    if opts.executor not in EXECUTORS:
-        raise UsageError(f"--executor must be one of {', '.join(EXECUTORS)}, not {opts.executor!r}")
-    if opts.executor == "local":
-        yield
-        return
-    from llmctl.runtime.ray_executor import ray_session
-
-    with ray_session(opts.ray_address, opts.cpus_per_task, opts.memory_per_task, opts.max_retries):
-        yield
 
 
 # A stage's task function: (task, artifact_dir, report) -> stats, where stats is

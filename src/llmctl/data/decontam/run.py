@@ -74,7 +74,8 @@ from llmctl.errors import UsageError
 from llmctl.eval.taskfile import read_records, where
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
-from llmctl.runtime.sharded import RunOptions, run_sharded
+from llmctl.runtime.options import RunOptions
+from llmctl.runtime.sharded import run_sharded
 
 STAGE = "decontam"
 REPORT_KIND = "decontam-report"

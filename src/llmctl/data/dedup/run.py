@@ -42,7 +42,8 @@ from llmctl.data.dedup.normalize import normalize_url, normalized_codes
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, run_tasks
 from llmctl.runtime.progress import Progress
-from llmctl.runtime.sharded import RunOptions, config_digest, prepare_out, run_sharded
+from llmctl.runtime.options import RunOptions
+from llmctl.runtime.sharded import config_digest, prepare_out, run_sharded
 
 STAGE = "dedup"
 METHODS = ("url", "exact", "minhash")  # attribution order: the cheapest explanation wins
