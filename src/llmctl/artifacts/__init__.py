@@ -1,1 +1,1 @@
-"""On-disk artifacts shared by every stage: docs shards, manifests (DESIGN §2)."""
+"""On-disk artifacts shared by every stage: docs shards, manifests (docs/design.md §2)."""

@@ -1,4 +1,4 @@
-"""The checkpoint artifact (DESIGN §2): `step-000123/` under a run's `checkpoints/`.
+"""The checkpoint artifact (docs/design.md §2): `step-000123/` under a run's `checkpoints/`.
 
     model.safetensors    weights (a tied head stored once, as embed.weight)
     config.json          the architecture (ModelConfig)
@@ -25,6 +25,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from llmctl.artifacts.atomic import atomic_path, write_text
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
 
@@ -56,22 +57,16 @@ def save_checkpoint(
     """Write `ckpt_root/step-NNNNNN/` atomically, point `latest` at it, prune to `keep_last`."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / step_dir_name(step)
-    tmp = ckpt_root / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_file(model_tensors(config, model_state), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    config.save(tmp / "config.json")
-    if optimizer_state is not None:
-        torch.save(optimizer_state, tmp / "optimizer.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
-    if tokenizer_file is not None and Path(tokenizer_file).is_file():
-        shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
-    if final.exists():  # re-saving a step (e.g. a signal right after a periodic save)
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    latest_tmp = ckpt_root / f".{LATEST}.tmp-{os.getpid()}"
-    latest_tmp.write_text(final.name + "\n")
-    os.replace(latest_tmp, ckpt_root / LATEST)
+    with atomic_path(final) as tmp:  # re-saving a step (a signal right after a periodic save) replaces it
+        tmp.mkdir()
+        save_file(model_tensors(config, model_state), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        config.save(tmp / "config.json")
+        if optimizer_state is not None:
+            torch.save(optimizer_state, tmp / "optimizer.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
+        if tokenizer_file is not None and Path(tokenizer_file).is_file():
+            shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
+    write_text(ckpt_root / LATEST, final.name + "\n")
     if keep_last > 0:
         for old in list_checkpoints(ckpt_root)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)

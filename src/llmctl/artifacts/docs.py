@@ -23,10 +23,10 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from llmctl.artifacts.atomic import STDIO, temp_name
 from llmctl.artifacts.manifest import MANIFEST, output_entry, read_manifest
 from llmctl.errors import UsageError
 
-STDIO = "-"
 PARQUET_SUFFIXES = (".parquet", ".pq")
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
 COMPRESSION = "zstd"
@@ -264,7 +264,7 @@ class ShardWriter:
     def __init__(self, path: str | os.PathLike, schema: pa.Schema):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self.tmp = temp_name(self.path)
         self.schema = schema
         self.rows = 0
         self._writer = pq.ParquetWriter(self.tmp, schema, compression=COMPRESSION)
@@ -294,12 +294,6 @@ class ShardWriter:
             self.close()
         else:
             self.abort()
-
-
-def remove_stale_temps(out_dir: Path) -> None:
-    """A killed writer leaves `.NAME.tmp-PID` behind; they are never visible data, just clutter."""
-    for p in out_dir.rglob(".*.tmp-*"):
-        p.unlink(missing_ok=True)
 
 
 class DocsSink:

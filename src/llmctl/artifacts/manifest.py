@@ -1,4 +1,4 @@
-"""manifest.json: what an artifact is, how it was made, and from what (DESIGN §2).
+"""manifest.json: what an artifact is, how it was made, and from what (docs/design.md §2).
 
 Every artifact directory carries one. Inputs are recorded with the sha256 of their own manifest
 (for artifacts) or of the file itself (for raw inputs such as WARC files), so following
@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from llmctl.artifacts.atomic import write_text
 from llmctl import __version__
 
 MANIFEST = "manifest.json"
@@ -80,10 +81,7 @@ def write_manifest(out_dir: str | os.PathLike, manifest: Manifest) -> Path:
         manifest.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if not manifest.command:
         manifest.command = list(sys.argv)
-    tmp = out / f".{MANIFEST}.tmp-{os.getpid()}"
-    tmp.write_text(manifest.to_json(), encoding="utf-8")
-    os.replace(tmp, out / MANIFEST)
-    return out / MANIFEST
+    return write_text(out / MANIFEST, manifest.to_json())
 
 
 def read_manifest(path: str | os.PathLike) -> Manifest:

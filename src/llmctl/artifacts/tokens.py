@@ -1,4 +1,4 @@
-"""The tokens artifact (DESIGN §2): flat token shards and the memory-mapped reader.
+"""The tokens artifact (docs/design.md §2): flat token shards and the memory-mapped reader.
 
 `tokens-NNNNN.bin` holds the documents' token ids back to back, each followed by the EOS id,
 as little-endian uint16 when the vocabulary fits in 65,536 ids, else uint32. `tokens-NNNNN.idx`
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmctl.artifacts.atomic import temp_name
 from llmctl.artifacts.manifest import read_manifest
 from llmctl.errors import UsageError
 
@@ -37,7 +38,7 @@ class TokenShardWriter:
 
     def __init__(self, bin_path: Path, idx_path: Path, eos: int, dtype: np.dtype):
         self.eos, self.dtype = eos, np.dtype(dtype)
-        self.paths = [(p, p.with_name(f".{p.name}.tmp-{os.getpid()}")) for p in (bin_path, idx_path)]
+        self.paths = [(p, temp_name(p)) for p in (bin_path, idx_path)]
         self.files = [open(tmp, "wb") for _, tmp in self.paths]
         self.n_docs = self.n_tokens = 0
 

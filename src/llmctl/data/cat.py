@@ -7,12 +7,12 @@ they are I/O bound, and `head` must stop reading as soon as it has its rows.
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmctl.artifacts.docs import STDIO, DocsSink, open_docs_inputs
+from llmctl.artifacts.atomic import STDIO, prepare_new_out
+from llmctl.artifacts.docs import DocsSink, open_docs_inputs
 from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
 from llmctl.errors import UsageError
 from llmctl.runtime.progress import Progress
@@ -25,24 +25,13 @@ class CatConfig:
     overwrite: bool = False
 
 
-def prepare_plain_out(out: str, overwrite: bool) -> None:
-    """An output directory for a single-process command: must be new, empty, or --overwrite."""
-    if out == STDIO:
-        return
-    p = Path(out)
-    if p.exists() and overwrite:
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
-    if p.exists() and (not p.is_dir() or any(p.iterdir())):
-        raise UsageError(f"output {p} already exists; use --overwrite to replace it")
-
-
 def run_cat(inputs: list[str], out: str, cfg: CatConfig, progress: Progress | None = None, stdin=None, stdout=None) -> Manifest:
     progress = progress or Progress()
     if cfg.limit is not None and cfg.limit < 0:
         raise UsageError("-n must be >= 0")
     t0 = time.perf_counter()
     stage = "head" if cfg.limit is not None else "cat"
-    prepare_plain_out(out, cfg.overwrite)
+    prepare_new_out(out, cfg.overwrite)
     refs = [input_ref(p) for p in inputs] if inputs != [STDIO] else [input_ref(STDIO)]
     docs = open_docs_inputs(inputs, stdin=stdin)
     sink = DocsSink(out, docs.schema, rows_per_part=cfg.rows_per_part, stdout=stdout)

@@ -34,21 +34,16 @@ from llmctl.runtime.sharded import run_sharded
 STAGE = "filter"
 
 
-def fineweb_steps() -> list[dict]:
-    """The FineWeb chain (spec §A2-A3): language -> Gopher repetition -> Gopher quality ->
-    C4 without its terminal-punctuation line rule -> FineWeb's rules."""
-    return [
-        {"name": "language", "languages": ["en"], "threshold": 0.65},
-        {"name": "gopher_repetition"},
-        {"name": "gopher_quality"},
-        {"name": "c4", "filter_no_terminal_punct": False},
-        {"name": "fineweb"},
-    ]
+def default_steps() -> list[dict]:
+    """The FineWeb chain, as stages/filter/fineweb.toml defines it (the one definition)."""
+    from llmctl.config import find_config, read_toml
+
+    return read_toml(find_config(STAGE, "fineweb"))["steps"]
 
 
 @dataclass
 class FilterConfig:
-    steps: list[dict] = field(default_factory=fineweb_steps)
+    steps: list[dict] = field(default_factory=default_steps)
     annotate_only: bool = False
     keep_rejected: bool = False
 
@@ -292,4 +287,4 @@ def funnel_rows(manifest: Manifest) -> list[dict]:
     return rows
 
 
-__all__ = ["FilterConfig", "run_filter", "funnel_rows", "fineweb_steps", "STEPS"]
+__all__ = ["FilterConfig", "run_filter", "funnel_rows", "default_steps", "STEPS"]

@@ -1,4 +1,4 @@
-"""Language identification with fastText lid.176 (DESIGN §5, spec 001-data-eval §A2).
+"""Language identification with fastText lid.176 (docs/design.md §6, spec 001-data-eval §A2).
 
 The rule every pipeline in the spec's Table 3.1 uses: keep a document if its top-1 language is a
 target and that language's probability is at least the threshold (FineWeb: English >= 0.65).

@@ -9,7 +9,6 @@ same whatever the sharding.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import time
 from collections import Counter
@@ -22,10 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmctl.artifacts.docs import DocsSource, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count
+from llmctl.artifacts.atomic import prepare_new_out
 from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, write_manifest
 from llmctl.artifacts.tokens import TokenShardWriter, token_dtype
 from llmctl.data import tokenizer as bpe
-from llmctl.data.cat import prepare_plain_out
+from llmctl.hashing import h64
 from llmctl.errors import UsageError
 from llmctl.runtime.progress import Progress
 
@@ -45,7 +45,7 @@ def train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig, 
     t0 = time.perf_counter()
     if out == STDIO:
         raise UsageError("a tokenizer is written to a directory, not to '-'")
-    prepare_plain_out(out, cfg.overwrite)
+    prepare_new_out(out, cfg.overwrite)
     sources = resolve_docs_inputs(inputs)
     # Raw input files are hashed for the manifest while the text is read and the trainer runs
     # (hashlib drops the GIL): on a large Parquet file that is seconds off the critical path.
@@ -102,8 +102,7 @@ class TokenizeConfig:
 
 
 def in_val(doc_id: str, fraction: float, seed: int) -> bool:
-    h = int.from_bytes(hashlib.blake2b(f"{seed}\0{doc_id}".encode(), digest_size=8).digest(), "little")
-    return h / 2**64 < fraction
+    return h64(f"{seed}\0{doc_id}") / 2**64 < fraction
 
 
 @dataclass
@@ -139,7 +138,7 @@ def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOpti
     # imported here, not at the top: `tokenize train` needs no process pool and starts faster
     from llmctl.runtime.executor import Task, default_workers
     from llmctl.runtime.options import RunOptions
-from llmctl.runtime.sharded import run_sharded
+    from llmctl.runtime.sharded import run_sharded
 
     cfg.check()
     opts = opts or RunOptions()

@@ -1,8 +1,8 @@
 """The closed-form arithmetic of a training run: FLOPs, time, memory, scaling laws, checkpoints.
 
-Every function is one formula of the spec, cited in its docstring (`compute` =
-../shared/spec/001-compute-appendix.md, `scaling` = 001-arch-optim-scaling.md, `ops` =
-001-systems-ops.md). Units: bytes, FLOPs, seconds; GB = 1e9 bytes (compute, "Unit rules").
+Every function is one formula of the field guide, cited in its docstring (`compute` =
+spec 001-compute-appendix, `scaling` = 001-arch-optim-scaling, `ops` = 001-systems-ops; sources
+in docs/design.md §7). Units: bytes, FLOPs, seconds; GB = 1e9 bytes (compute, "Unit rules").
 Parameter counts of a model come from `llmctl.plan.arch.Arch` (dense Llama counts from
 `ModelConfig`); nothing here knows about config files.
 """

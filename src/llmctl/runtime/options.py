@@ -53,9 +53,7 @@ class RunOptions:
                                     ("--memory-per-task", self.memory_per_task)) if v is not None]
         if ray_flags and self.executor != "ray":
             raise UsageError(f"{ray_flags[0]} needs --executor ray")
-        if self.cpus_per_task is None:
-            self.cpus_per_task = 1.0
-        if self.cpus_per_task <= 0:
+        if self.cpus_per_task is not None and self.cpus_per_task <= 0:
             raise UsageError("--cpus-per-task must be above 0")
         if self.memory_per_task is not None:
             self.memory_per_task = parse_bytes(self.memory_per_task)
@@ -73,5 +71,5 @@ def executor_scope(opts: RunOptions) -> Iterator[None]:
         return
     from llmctl.runtime.ray_executor import ray_session
 
-    with ray_session(opts.ray_address, opts.cpus_per_task, opts.memory_per_task, opts.max_retries):
+    with ray_session(opts.ray_address, opts.cpus_per_task or 1.0, opts.memory_per_task, opts.max_retries):
         yield

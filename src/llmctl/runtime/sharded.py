@@ -1,4 +1,4 @@
-"""The sharded-stage driver: the conventions of DESIGN §3 written once for every data stage.
+"""The sharded-stage driver: the conventions of docs/design.md §3 written once for every data stage.
 
 A stage supplies a task list and a task function that writes its own output shard(s) into the
 artifact directory; this module does the rest:
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -31,7 +30,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from llmctl.artifacts.docs import STDIO, DocsSink, remove_stale_temps, unify_schemas
+from llmctl.artifacts.atomic import STDIO, remove_stale_temps, write_text
+from llmctl.artifacts.docs import DocsSink, unify_schemas
 from llmctl.artifacts.manifest import Manifest, output_entry, write_manifest
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, TaskResult, current_backend, run_tasks
@@ -64,9 +64,7 @@ class _ShardJob:
         stats = self.fn(task, self.work_dir, report)
         stats["name"] = task.name
         stats["outputs"] = [_output(self.work_dir, f) for f in stats.get("outputs", [])]
-        tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(stats, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, marker)
+        write_text(marker, json.dumps(stats, sort_keys=True))
         return stats
 
 
@@ -103,9 +101,7 @@ def prepare_out(out: Path, stage: str, digest: str, overwrite: bool, clean_temps
     (out / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
     if clean_temps:
         remove_stale_temps(out)
-    tmp = run_file.with_name(f".{RUN_FILE}.tmp-{os.getpid()}")  # atomic: array jobs read it concurrently
-    tmp.write_text(json.dumps({"stage": stage, "digest": digest}), encoding="utf-8")
-    os.replace(tmp, run_file)
+    write_text(run_file, json.dumps({"stage": stage, "digest": digest}))  # atomic: array jobs read it concurrently
 
 
 def remove_task_temps(out: Path, names: set[str]) -> None:

@@ -21,12 +21,11 @@ Document numbers are global (input order), so results are identical whatever --w
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 import shutil
 import tempfile
 import time
+import dataclasses
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -35,14 +34,16 @@ import numpy as np
 import pyarrow as pa
 
 from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, row_count, source_schema, spool_stdin
+from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
 from llmctl.data.dedup.normalize import normalize_url, normalized_codes
+from llmctl.hashing import h64
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, run_tasks
 from llmctl.runtime.progress import Progress
-from llmctl.runtime.options import RunOptions
+from llmctl.runtime.options import RunOptions, executor_scope
 from llmctl.runtime.sharded import config_digest, prepare_out, run_sharded
 
 STAGE = "dedup"
@@ -75,10 +76,6 @@ class DedupConfig:
             raise UsageError(f"--keep must be first, earliest or max:COLUMN, not {self.keep!r}")
 
 
-def _h64(s: str) -> int:
-    return int.from_bytes(hashlib.blake2b(s.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
-
-
 def _rank(row: dict, keep: str) -> float:
     """Lower survives. first: all equal (index breaks ties); earliest: the date; max:COL: -value."""
     if keep == "earliest":
@@ -94,15 +91,13 @@ def _rank(row: dict, keep: str) -> float:
 
 
 def _save_npz(path: Path, **arrays) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    with atomic_path(path, ".npz") as tmp:  # numpy appends .npz to a name without it
+        np.savez(tmp, **arrays)
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npy")
-    np.save(tmp, array)
-    os.replace(tmp, path)
+    with atomic_path(path, ".npy") as tmp:
+        np.save(tmp, array)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,12 +162,12 @@ class _Sign:
             if cfg.url:
                 urls = batch.column("url").to_pylist() if "url" in batch.schema.names else [None] * len(texts)
                 # a document without a URL never matches another by URL
-                url_keys += [_h64(normalize_url(u)) if u else _h64(f"\0no-url\0{first + len(url_keys) + i}") for i, u in enumerate(urls)]
+                url_keys += [h64(normalize_url(u)) if u else h64(f"\0no-url\0{first + len(url_keys) + i}") for i, u in enumerate(urls)]
             if cfg.exact or cfg.minhash:
                 for key, values in _text_keys(texts, cfg, shingler, hasher).items():
                     hashed[key].append(values)
             if cfg.lines:
-                line_keys += [_h64(ln.strip()) for text in texts for ln in text.split("\n") if ln.strip()]
+                line_keys += [h64(ln.strip()) for text in texts for ln in text.split("\n") if ln.strip()]
             report(batch.num_rows)
         n = len(ids)
         arrays = {"ids": np.array(ids, dtype=object).astype(str) if n else np.array([], dtype=str), "rank": np.array(ranks, dtype=np.float64), "chars": np.array(chars, dtype=np.int64)}
@@ -184,7 +179,7 @@ class _Sign:
             arrays["bands"] = np.concatenate(hashed["bands"])
             # documents with no words at all must not all collide on the empty signature
             for i in np.flatnonzero(np.concatenate(hashed["empty"])):
-                arrays["bands"][i] = [_h64(f"\0empty\0{first + i}\0{b}") for b in range(cfg.bands)]
+                arrays["bands"][i] = [h64(f"\0empty\0{first + i}\0{b}") for b in range(cfg.bands)]
         if cfg.lines:
             arrays["lines"] = np.array(line_keys, dtype=np.uint64)
         _save_npz(path, **arrays)
@@ -360,7 +355,7 @@ def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
                 else:
                     if len(frequent) and text:
                         lines = text.split("\n")
-                        keep = [ln for ln in lines if not (ln.strip() and _is_frequent(_h64(ln.strip()), frequent))]
+                        keep = [ln for ln in lines if not (ln.strip() and _is_frequent(h64(ln.strip()), frequent))]
                         if len(keep) != len(lines):
                             lines_removed += len(lines) - len(keep)
                             new = "\n".join(keep)
@@ -391,7 +386,6 @@ def _is_frequent(h: int, frequent: np.ndarray) -> bool:
 # The stage
 
 
-
 def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
     cfg.check()
     t0 = time.perf_counter()
@@ -399,7 +393,9 @@ def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | 
     progress = progress or Progress()
     config = asdict(cfg)
     streaming = out == STDIO
-    with tempfile.TemporaryDirectory(prefix="llmctl-dedup-") as tmp:
+    # one executor scope for all four phases: one Ray connection, and a library caller's
+    # --executor reaches the sign and pairs phases too
+    with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-dedup-") as tmp:
         sources = spool_stdin(tmp) if inputs == [STDIO] else resolve_docs_inputs(inputs)
         counts = [row_count(s) for s in sources]
         firsts = [int(x) for x in np.concatenate(([0], np.cumsum(counts)[:-1]))] if counts else []
@@ -436,7 +432,7 @@ def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | 
             fn=_Filter(cfg),
             config=config,
             inputs=[input_ref(p) for p in inputs],
-            opts=RunOptions(workers=opts.workers, strict=opts.strict),
+            opts=dataclasses.replace(opts, overwrite=False, shard_index=0, num_shards=1),  # OUT was prepared above
             progress=progress,
             unit="docs",
         )

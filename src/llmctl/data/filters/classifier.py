@@ -19,7 +19,6 @@ manifest's inputs (with their roles) link the model to its training data.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import math
@@ -38,10 +37,11 @@ import numpy as np
 import pyarrow as pa
 
 from llmctl.artifacts.docs import STDIO, open_docs_inputs
+from llmctl.artifacts.atomic import prepare_new_out
 from llmctl.artifacts.manifest import Manifest, input_ref, output_entry, write_manifest
 from llmctl.data.filters.base import Check, Step
 from llmctl.data.filters.doc import Doc
-from llmctl.data.cat import prepare_plain_out
+from llmctl.hashing import h64
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.progress import Progress
 
@@ -60,16 +60,9 @@ def gpt3_keep_probability(q: float) -> float:
     return (2.0 - q) ** -PARETO_SHAPE
 
 
-def stable_hash(key: str) -> int:
-    """A 64-bit hash that is the same in every process and on every machine (Python's hash() is
-    salted per process, so it would give each worker different decisions)."""
-    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
-
-
 def gpt3_keeps(q: float, key: str, seed: int = 0) -> bool:
     """One document's GPT-3 soft-threshold decision, from a generator seeded by (seed, its key)."""
-    draw = np.random.default_rng([seed, stable_hash(key)]).pareto(PARETO_SHAPE)
+    draw = np.random.default_rng([seed, h64(key)]).pareto(PARETO_SHAPE)
     return bool(draw > 1.0 - q)
 
 
@@ -380,7 +373,7 @@ def train_classifier(
         raise UsageError("only one of --positive/--negative can read stdin ('-')")
     if out == STDIO:
         raise UsageError("train-classifier writes a directory; -o - is not possible")
-    prepare_plain_out(out, cfg.overwrite)
+    prepare_new_out(out, cfg.overwrite)
     refs = [{**input_ref(p), "role": "positive"} for p in positive]
     refs += [{**input_ref(p), "role": "negative"} for p in negative]
 
