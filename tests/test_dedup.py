@@ -205,7 +205,7 @@ def test_edge_cases(tmp_path):
     kept = [r["id"] for r in read(tmp_path / "s")]
     assert kept == ["0", "2", "3", "4", "5"]  # "a b" twice is one shingle each: a duplicate; empty texts never match
     with pytest.raises(UsageError, match="at least one"):
-        run_dedup([short], str(tmp_path / "n"), DedupConfig(), RunOptions())
+        run_dedup([short], str(tmp_path / "n"), DedupConfig(exact=True, minhash=True), RunOptions())
 
 
 @pytest.fixture(scope="module")
@@ -266,3 +266,34 @@ def test_removal_reason_is_the_cheapest_method_linking_to_the_survivor(tmp_path)
     run_dedup([src], str(tmp_path / "o"), DedupConfig(minhash=True, exact=True, keep_rejected=True), RunOptions(workers=1))
     reasons = {r["id"]: (r["reason"], r["dup_of"]) for r in read(tmp_path / "o", "rejected")}
     assert reasons == {"B": ("dedup.minhash", "A"), "C": ("dedup.minhash", "A")}
+
+
+def test_library_call_runs_every_phase_on_the_requested_executor(tmp_path, monkeypatch):
+    """run_dedup owns its executor scope: with executor="ray" all its phases (sign, pairs and the
+    final filter) go to the Ray backend, not only the one that goes through run_sharded."""
+    from contextlib import contextmanager
+
+    from llmctl.runtime import executor, ray_executor
+
+    seen: list[str] = []
+
+    class Recording:
+        def run(self, fn, tasks, *, workers, progress, on_result):
+            seen.extend(t.name for t in tasks)
+            results = executor.InOrder(tasks, on_result)
+            for t in tasks:
+                results.add(executor._call(fn, t, progress.advance))
+            return results.all()
+
+    @contextmanager
+    def fake_session(*args, **kwargs):
+        with executor.use_backend(Recording()):
+            yield
+
+    monkeypatch.setattr(ray_executor, "ray_session", fake_session)
+    rows = [{"id": f"d{i}", "text": article(i % 3)} for i in range(9)]
+    m = run_dedup([write(tmp_path, rows, parts=2)], str(tmp_path / "out"), DedupConfig(exact=True, minhash=True), RunOptions(executor="ray"))
+    assert m.counts["out"] == 3
+    assert {n.split("-")[0] for n in seen} >= {"sign", "part"} and any(n.startswith(("minhash", "exact", "url")) for n in seen)
+    local = run_dedup([str(tmp_path / "in")], str(tmp_path / "local"), DedupConfig(exact=True, minhash=True), RunOptions())
+    assert read(tmp_path / "out") == read(tmp_path / "local")
