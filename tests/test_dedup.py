@@ -205,7 +205,7 @@ def test_edge_cases(tmp_path):
     kept = [r["id"] for r in read(tmp_path / "s")]
     assert kept == ["0", "2", "3", "4", "5"]  # "a b" twice is one shingle each: a duplicate; empty texts never match
     with pytest.raises(UsageError, match="at least one"):
-        run_dedup([short], str(tmp_path / "n"), DedupConfig(exact=True, minhash=True), RunOptions())
+        run_dedup([short], str(tmp_path / "n"), DedupConfig(), RunOptions())
 
 
 @pytest.fixture(scope="module")
