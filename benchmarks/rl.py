@@ -86,7 +86,8 @@ def trl_child(hf_dir: str, prompts_file: str, out: str, steps: int, per_step: in
     from trl import GRPOConfig, GRPOTrainer
 
     from llmctl.data.chat import ChatTemplate
-    from llmctl.rl.rewards import load_prompts, make_verifier
+    from llmctl.rl.rewards import make_verifier
+    from llmctl.tasks import load_prompts
 
     from llmctl.rl.trainer import RLTrainer
 
@@ -414,7 +415,7 @@ def prompt_checks(ckpt: str, hf: str) -> dict:
 
     from llmctl.artifacts import checkpoint as ckpt_io
     from llmctl.data.chat import ChatTemplate
-    from llmctl.rl.rewards import load_prompts
+    from llmctl.tasks import load_prompts
 
     tok_file = ckpt_io.resolve_checkpoint(ckpt) / "tokenizer.json"
     ours = ChatTemplate(tok_file)

@@ -140,7 +140,7 @@ def measure_peaks(threads: int) -> dict:
 
 def load_preset(args):
     from llmctl.model.config import ModelConfig
-    from llmctl.train.trainer import load_run_config
+    from llmctl.train.config import load_run_config
 
     model_cfg, train_cfg = load_run_config(args.preset, {})
     seq_len = args.seq_len or train_cfg.seq_len
@@ -428,7 +428,8 @@ def loop(args, cfg, train_cfg, seq_len: int, batch: int, peak: float, tmp: str) 
 
     from llmctl.artifacts.manifest import Manifest, write_manifest
     from llmctl.artifacts.tokens import token_dtype, write_shard
-    from llmctl.train.trainer import TrainConfig, run_train
+    from llmctl.train.config import TrainConfig
+    from llmctl.train.trainer import run_train
 
     art = Path(tmp, "tokens")
     art.mkdir(parents=True)

@@ -13,17 +13,10 @@ import pytest
 from conftest import CRAWL, ROOT, llmctl, shared_file
 from llmctl.data.dedup.normalize import normalized_words
 from llmctl.errors import UsageError
-from llmctl.data.decontam.run import (
-    DecontamConfig,
-    EvalTask,
-    build_index,
-    decontam_words,
-    item_texts,
-    match_docs,
-    resolve_task_files,
-    run_decontam,
-)
-from llmctl.eval.taskfile import read_records
+from llmctl.data.decontam.against import EvalTask, item_texts, resolve_task_files
+from llmctl.data.decontam.index import build_index, decontam_words, match_docs
+from llmctl.data.decontam.run import DecontamConfig, run_decontam
+from llmctl.tasks import read_records
 from llmctl.runtime.options import RunOptions
 
 # ---------------------------------------------------------------------------------------------

@@ -8,13 +8,10 @@ import shutil
 import time
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from conftest import shared_file
 
 from llmctl.errors import UsageError
-from llmctl.eval.tasks import GenScoring
 from llmctl.rl.rewards import (
     CombinedVerifier,
     FormatVerifier,
@@ -22,12 +19,11 @@ from llmctl.rl.rewards import (
     PythonVerifier,
     Verdict,
     extract_code,
-    load_prompts,
     make_verifier,
-    math_answer,
     verify_many,
 )
 from llmctl.rl.sandbox import Limits, run_python
+from llmctl.tasks.answers import GenScoring, math_answer
 
 
 def _gsm8k(n: int | None = None) -> list[dict]:
@@ -275,37 +271,3 @@ def test_python_as_nobody_cannot_write_outside_its_dir():
     target = Path(__file__).with_name("should-not-exist")
     r = v.verify(f"open({str(target)!r}, 'w')", TESTS)
     assert r.reward == 0.0 and "PermissionError" in r.detail and not target.exists()
-
-
-# --- prompt files ---------------------------------------------------------------------------
-
-
-def test_load_prompts_gsm8k_native_and_plain_jsonl_and_parquet(tmp_path):
-    gsm = load_prompts(shared_file("gsm8k/test.jsonl"))
-    assert len(gsm) == 1319 and set(gsm[0]) == {"prompt", "reference"}
-    assert gsm[0]["prompt"].startswith("Janet") and gsm[0]["reference"].endswith("#### 18")
-    assert make_verifier("math").verify("... #### 18", gsm[0]["reference"]).correct is True
-
-    plain = tmp_path / "p.jsonl"
-    plain.write_text('{"prompt": "2+2?", "answer": "4"}\n\n{"prompt": "code", "tests": ["assert f()"]}\n')
-    assert load_prompts(plain) == [{"prompt": "2+2?", "reference": "4"}, {"prompt": "code", "reference": ["assert f()"]}]
-
-    pq.write_table(pa.table({"question": ["1+1?"], "answer": ["1 + 1 = 2\n#### 2"]}), tmp_path / "p.parquet")
-    assert load_prompts(tmp_path / "p.parquet") == [{"prompt": "1+1?", "reference": "1 + 1 = 2\n#### 2"}]
-
-
-def test_load_prompts_errors_name_file_and_line(tmp_path):
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "a", "answer": "1"}\n{"prompt": "b", "answer": \n')
-    with pytest.raises(UsageError, match=r"bad\.jsonl:2: not valid JSON"):
-        load_prompts(bad)
-    missing = tmp_path / "missing.jsonl"
-    missing.write_text('{"prompt": "a", "answer": "1"}\n{"prompt": "b"}\n')
-    with pytest.raises(UsageError, match=r"missing\.jsonl:2: expected an 'answer'"):
-        load_prompts(missing)
-    no_prompt = tmp_path / "np.jsonl"
-    no_prompt.write_text('{"text": "a", "answer": "1"}\n')
-    with pytest.raises(UsageError, match=r"np\.jsonl:1: expected a non-empty 'prompt'"):
-        load_prompts(no_prompt)
-    with pytest.raises(UsageError, match="not found"):
-        load_prompts(tmp_path / "nope.jsonl")

@@ -15,6 +15,9 @@ The loss mask (spec 001-posttrain-rl §A1) is 1 on every assistant turn's conten
 `<|end|>` closing that turn — the model must learn to stop — and 0 on everything else (the role
 tokens included). `mask[i]` refers to `ids[i]` as a *target*: training predicts ids[i] from
 ids[:i] where mask[i] is 1.
+
+Reading a record as a conversation (a `messages` list, {question, answer}, …) is the task
+families' job: `llmctl.tasks.to_messages`.
 """
 
 from __future__ import annotations
@@ -22,45 +25,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmctl.errors import UsageError
+from llmctl.tasks.chat import ROLES
+from llmctl.tasks.registry import to_messages  # moved to llmctl.tasks; this name stays for callers not yet moved
 
 NAME = "llmctl-chat-v1"  # written into trainer_state.json of SFT checkpoints ("chat_template")
-ROLES = ("system", "user", "assistant")
 ROLE_TOKENS = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
 END = "<|end|>"
 BOS = "<|endoftext|>"
 
 
-def _text(value, where: str, key: str) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    raise UsageError(f"{where}: {key!r} must be a string, got {type(value).__name__}")
-
-
-def to_messages(record: dict, where: str) -> list[dict]:
-    """A record as a list of {role, content}: a `messages` list, GSM8K's {question, answer} (the
-    assistant says the full solution, "#### n" included), or {prompt, answer}."""
-    if not isinstance(record, dict):
-        raise UsageError(f"{where}: expected an object, got {type(record).__name__}")
-    if "messages" in record:
-        msgs = record["messages"]
-        if not isinstance(msgs, (list, tuple)) or not msgs:
-            raise UsageError(f"{where}: 'messages' must be a non-empty list")
-        out = []
-        for i, m in enumerate(msgs):
-            if not isinstance(m, dict) or "role" not in m or "content" not in m:
-                raise UsageError(f"{where}: message {i} must be an object with 'role' and 'content'")
-            if m["role"] not in ROLES:
-                raise UsageError(f"{where}: message {i} has role {m['role']!r} (expected system, user or assistant)")
-            out.append({"role": m["role"], "content": _text(m["content"], where, f"messages[{i}].content")})
-        return out
-    for ask in ("question", "prompt"):
-        if ask in record and "answer" in record:
-            return [{"role": "user", "content": _text(record[ask], where, ask)},
-                    {"role": "assistant", "content": _text(record["answer"], where, "answer")}]
-    keys = ", ".join(sorted(k for k in record if not k.startswith("_"))) or "none"
-    raise UsageError(f"{where}: expected 'messages', 'question'+'answer' or 'prompt'+'answer' (keys: {keys})")
+__all__ = ["NAME", "ROLES", "ROLE_TOKENS", "END", "BOS", "ChatTemplate", "to_messages"]
 
 
 class ChatTemplate:

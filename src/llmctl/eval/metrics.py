@@ -1,17 +1,16 @@
-"""Eval statistics: error bars, pass@k / pass^k / maj@k, answer extraction, paired comparison.
+"""Eval statistics: error bars, pass@k / pass^k / maj@k, paired comparison. (Answer extraction and
+canonical numbers are llmctl/tasks/answers.py.)
 
-Pure Python (math, statistics, fractions). Formulas follow spec 001-data-eval §A10 (estimators)
+Pure Python (math, statistics). Formulas follow spec 001-data-eval §A10 (estimators)
 and §A11 (uncertainty); each function names the formula it implements.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from fractions import Fraction
 
 from llmctl.errors import UsageError
 
@@ -140,104 +139,12 @@ def majority_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
 def maj_at_k(answers: Sequence[str | None], reference: str, k: int | None = None) -> float:
     """maj@k for one problem: 1.0 when the majority vote over the first k answers equals the
     reference, else 0.0 (§A10: majority vote is a separate metric from pass@1). Answers and
-    reference should already be extracted and canonicalized (``canonical_number``)."""
+    reference should already be extracted and canonicalized (``llmctl.tasks.answers.canonical_number``)."""
     k = len(answers) if k is None else k
     if k < 1 or k > len(answers):
         raise ValueError(f"maj@k needs 1 ≤ k ≤ {len(answers)} answers, got k={k}")
     winner, _ = majority_vote(answers[:k])
     return float(winner is not None and winner == reference)
-
-
-# ---------------------------------------------------------------------------------------------
-# Answer extraction for generative tasks
-
-_NUMBER = re.compile(r"(?:(?<![\w.])-)?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
-_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
-_FRAC = re.compile(r"^\\d?frac\{([^{}]+)\}\{([^{}]+)\}$")
-_EXTRACT_RULES = ("after_hash", "last_number", "boxed")
-
-
-def _last_boxed(text: str) -> str | None:
-    """Content of the last complete \\boxed{...}, braces nested to any depth."""
-    found = None
-    start = text.find("\\boxed{")
-    while start != -1:
-        i, depth = start + len("\\boxed{"), 1
-        for j in range(i, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            if depth == 0:
-                found = text[i:j]
-                break
-        start = text.find("\\boxed{", start + 1)
-    return found
-
-
-def extract_answer(text: str, rule: str) -> str | None:
-    """The answer string in a generation, or None when the rule finds nothing.
-
-    - ``after_hash``: the rest of the line after the last ``####`` (GSM8K's answer format);
-    - ``last_number``: the last number in the text (1,000 / -3 / 2.5 / 3/4; a '-' glued to a
-      preceding word or digit, as in "16-3", is read as an operator, not a sign);
-    - ``boxed``: the content of the last complete ``\\boxed{...}``, nested braces allowed.
-    The result is not canonicalized; pass it through ``canonical_number`` before comparing."""
-    if rule == "after_hash":
-        if "####" not in text:
-            return None
-        rest = text.rsplit("####", 1)[1].strip()
-        return rest.splitlines()[0].strip() if rest else None
-    if rule == "last_number":
-        found = _NUMBER.findall(text)
-        return found[-1] if found else None
-    if rule == "boxed":
-        return _last_boxed(text)
-    raise UsageError(f"unknown answer extraction rule {rule!r} (choose from {', '.join(_EXTRACT_RULES)})")
-
-
-def _render(q: Fraction) -> str:
-    """Integer → "12"; terminating decimal → "3.5"; otherwise the reduced fraction "1/3"."""
-    if q.denominator == 1:
-        return str(q.numerator)
-    d = q.denominator
-    twos = fives = 0
-    while d % 2 == 0:
-        d, twos = d // 2, twos + 1
-    while d % 5 == 0:
-        d, fives = d // 5, fives + 1
-    if d != 1:
-        return f"{q.numerator}/{q.denominator}"
-    places = max(twos, fives)
-    scaled = abs(q.numerator) * 10**places // q.denominator
-    digits = str(scaled).rjust(places + 1, "0")
-    sign = "-" if q < 0 else ""
-    return f"{sign}{digits[:-places]}.{digits[-places:]}"
-
-
-def canonical_number(s: str) -> str:
-    """One spelling per number, so numerically equal answers compare equal as strings.
-
-    Strips spaces, '$', '%', thousands commas (only in the 1,234,567 pattern), a leading '+'
-    and trailing '.'; reads a unicode minus as '-'; reads fractions "a/b" and LaTeX \\frac{a}{b}.
-    The value is rendered as an integer ("1,000" → "1000", "3.00" → "3", "-0" → "0"), a
-    terminating decimal ("3.50" → "3.5", "1/2" → "0.5") or, when the decimal would not
-    terminate, the reduced fraction ("2/6" → "1/3"). A string that is not a number comes back
-    stripped and otherwise unchanged."""
-    raw = s.strip()
-    t = raw.replace("\u2212", "-").replace("$", "").replace("%", "").replace(" ", "")
-    t = t.rstrip(".").removeprefix("+")
-    if _THOUSANDS.fullmatch(t):
-        t = t.replace(",", "")
-    frac = _FRAC.match(t)
-    if frac:
-        t = f"{frac.group(1)}/{frac.group(2)}"
-    try:
-        if "/" in t:
-            num, den = t.split("/")
-            value = Fraction(Fraction(num), Fraction(den))
-        else:
-            value = Fraction(t)
-    except (ValueError, ZeroDivisionError):
-        return raw
-    return _render(value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,17 +20,21 @@ import pyarrow.parquet as pq
 import torch
 
 from llmctl import __version__
+from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.checkpoint import load_model
-from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
+from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.artifacts.tokens import TokenDataset
 from llmctl.errors import UsageError
 from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.eval.score import argmax_first, encode_pair, normalized_scores, score_items
-from llmctl.eval.tasks import GenScoring, MCItem, TaskSpec, chat_messages, fewshot_prefix, gen_prompt, load_items
+from llmctl.eval.tasks import TaskSpec, gen_prompt, gen_stop, load_items, prompt_format
 from llmctl.model.generate import Engine, SamplingParams
 from llmctl.runtime.progress import Progress
+from llmctl.tasks import GenScoring, MCItem, chat_messages, fewshot_prefix
 from llmctl.torchrt.alloc import keep_freed_memory
+from llmctl.torchrt.device import pick_device
+from llmctl.torchrt.rundir import RunDir
 
 NORMS = ("none", "per_token", "per_char", "pmi")
 PMI_CONTEXT = "Answer:"  # ln P(o | "Answer:") is what pmi subtracts (§A10)
@@ -68,8 +72,6 @@ class EvalConfig:
 class Evaluator:
     def __init__(self, checkpoint: str, cfg: EvalConfig, progress: Progress | None = None):
         cfg.check()
-        from llmctl.torchrt.distributed import pick_device
-
         self.cfg, self.progress = cfg, progress or Progress()
         self.model, self.ckpt = load_model(checkpoint, pick_device(cfg.device))
         keep_freed_memory(self.device)  # on CPU each scoring batch reuses the last one's memory instead of faulting in fresh pages
@@ -157,12 +159,10 @@ class Evaluator:
         return {"kind": spec.kind, "file": spec.path, "n": len(items), "metrics": metrics, "reporting": reporting}, samples
 
     def _generative(self, spec: TaskSpec, items) -> tuple[dict, list[dict]]:
-        from llmctl.eval.tasks import GSM8K_STOP
-
         c = self.cfg
         scoring = GenScoring(extract=c.extract)
         params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k,
-                                top_p=c.top_p, seed=c.seed, stop=GSM8K_STOP)
+                                top_p=c.top_p, seed=c.seed, stop=gen_stop(spec.kind))
         if self.chat is not None:  # a chat checkpoint answers in the assistant turn and ends it with <|end|>
             params.stop = ()
             engine = Engine(self.model, self.encode, self.decode, self.chat.end_id, pad_id=self.eos_id, batch_size=c.batch_size)
@@ -197,7 +197,7 @@ class Evaluator:
         if c.samples > 1:
             metrics.update({f"pass@{k}": summarize_scores(v) for k, v in pass_at.items()})
             metrics[f"maj@{c.samples}"] = summarize_scores(maj)
-        plain = "Question: {question}\\nAnswer:" if spec.kind == "gsm8k" else "{prompt}"
+        plain = prompt_format(spec.kind)
         reporting = {"prompt_format": f"chat template {self.chat.name}: user turn = the question" if self.chat else plain,
                      "shots": c.shots, "seed": c.seed, "decoding": params.describe(), "samples_per_item": c.samples,
                      "answer_extraction": f"{c.extract}, else last_number; numbers canonicalized",
@@ -213,8 +213,8 @@ def run_eval(checkpoint: str, tasks: list[TaskSpec], out: Path, cfg: EvalConfig,
              progress: Progress | None = None, overwrite: bool = False) -> Manifest:
     if not tasks:
         raise UsageError("no --task given (e.g. --task mc:examples/tasks/cloze.jsonl)")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise UsageError(f"{out} is not empty (pass --overwrite)")
+    run_dir = RunDir(out, resumable=False)
+    run_dir.check(overwrite=overwrite)  # eval's own files are replaced atomically at the end
     started = time.perf_counter()
     ev = Evaluator(checkpoint, cfg, progress)
     results, samples = {}, []
@@ -224,14 +224,13 @@ def run_eval(checkpoint: str, tasks: list[TaskSpec], out: Path, cfg: EvalConfig,
             raise UsageError(f"task {spec.name} given twice")
         results[spec.name], rows = ev.run_task(spec)
         samples += rows
-    out.mkdir(parents=True, exist_ok=True)
     doc = {"checkpoint": str(ev.ckpt.path), "step": ev.ckpt.trainer_state.get("step"), "llmctl_version": __version__,
            "config": asdict(cfg), "tasks": results}
-    (out / "results.json").write_text(json.dumps(doc, indent=2, default=float) + "\n")
-    pq.write_table(pa.Table.from_pylist(samples), out / "samples.parquet")
+    run_dir.write_json("results.json", doc, default=float)
+    with atomic_path(out / "samples.parquet") as tmp:
+        pq.write_table(pa.Table.from_pylist(samples), tmp)
     counts = {name: {k: round(v.get("mean", v.get("value", 0.0)), 6) for k, v in r["metrics"].items()} for name, r in results.items()}
     m = Manifest(kind="eval", stage="eval", config=asdict(cfg), inputs=[input_ref(ev.ckpt.path)] +
                  [input_ref(t.path) for t in tasks], outputs=[], counts=counts,
                  wall_seconds=round(time.perf_counter() - started, 3))
-    write_manifest(out, m)
-    return m
+    return run_dir.finish(m)

@@ -1,7 +1,7 @@
 """Verifiable rewards (spec 001-posttrain-rl §A5): one checker for RL training and for eval.
 
 A verifier turns (completion, reference) into a ``Verdict``. The defaults follow §A5: canonical
-answers (``llmctl.eval.metrics``: the same extraction rules and number canonicalization as eval),
+answers (``llmctl.tasks.answers``: the same extraction rules and number canonicalization as eval),
 one checker for training and eval, a small format reward, and masking — a sample the checker
 could not judge (an infrastructure failure, an unusable reference) is ``masked`` and leaves the
 loss; it is never scored 0. (Masking truncated samples is the rollout's job: it knows.)
@@ -20,13 +20,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from llmctl.errors import UsageError
-from llmctl.eval.metrics import canonical_number, extract_answer
-from llmctl.eval.taskfile import read_records, where
 from llmctl.rl.sandbox import Limits, run_python
+from llmctl.tasks.answers import DEFAULT_MATH_RULES, extract_answer, math_answer, reference_answer
 
 
 @dataclass(frozen=True)
@@ -60,48 +58,6 @@ class Verifier(ABC):
 
 # ---------------------------------------------------------------------------------------------
 # math: the final number
-
-
-_CANONICAL_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
-DEFAULT_MATH_RULES = ("after_hash", "boxed", "last_number")
-
-
-def _is_number(canon: str) -> bool:
-    return _CANONICAL_NUMBER.fullmatch(canon) is not None
-
-
-def math_answer(text: str, rules: Sequence[str] = DEFAULT_MATH_RULES) -> str | None:
-    """The canonical final answer of a solution, or None when no rule finds one.
-
-    Rules are tried in order (``extract_answer``); the first that finds something decides. If what
-    it found is not a number as a whole ("18 dollars", "x = 5"), the last number inside it is
-    taken; a found string with no number at all ("\\frac{\\pi}{2}") is returned as is, stripped."""
-    for rule in rules:
-        got = extract_answer(text, rule)
-        if got is None or not got.strip():
-            continue
-        canon = canonical_number(got)
-        if _is_number(canon):
-            return canon
-        inner = extract_answer(got, "last_number")
-        return canonical_number(inner) if inner is not None else canon
-    return None
-
-
-def reference_answer(reference: Any) -> str | None:
-    """The canonical answer of a reference: a GSM8K solution ("...#### 18"), a \\boxed{} solution,
-    a bare answer ("1,000", "3/4") or a number."""
-    if isinstance(reference, bool) or reference is None:
-        return None
-    if isinstance(reference, (int, float)):
-        reference = repr(reference)
-    if not isinstance(reference, str):
-        return None
-    if "####" in reference:
-        return math_answer(reference, ("after_hash",))
-    if "\\boxed{" in reference:
-        return math_answer(reference, ("boxed",))
-    return canonical_number(reference) if reference.strip() else None
 
 
 @dataclass
@@ -399,30 +355,3 @@ def verify_many(verifier: Verifier, completions: Sequence[str], references: Sequ
         return [verifier.verify(c, r) for c, r in zip(completions, references)]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(verifier.verify, completions, references))
-
-
-# ---------------------------------------------------------------------------------------------
-# RL prompt files
-
-
-_REFERENCE_KEYS = ("answer", "reference", "tests")
-
-
-def load_prompts(path: str | Path) -> list[dict]:
-    """RL prompts as ``[{"prompt": str, "reference": ...}]`` from JSONL (.jsonl/.json/.gz) or
-    Parquet: ``{prompt, answer}`` (or ``reference`` / ``tests``), or GSM8K native ``{question,
-    answer}`` whose answer ends with ``#### n`` (the whole solution is kept as the reference; the
-    math verifier reads the number after ####). A bad line raises UsageError naming file:line."""
-    records = read_records(path)
-    prompts = []
-    for i, rec in enumerate(records):
-        prompt = rec.get("prompt", rec.get("question"))
-        key = next((k for k in _REFERENCE_KEYS if rec.get(k) is not None), None)
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise UsageError(f"{where(path, rec, i)}: expected a non-empty 'prompt' (or GSM8K 'question') string")
-        if key is None:
-            raise UsageError(f"{where(path, rec, i)}: expected an 'answer' (or 'reference' / 'tests')")
-        prompts.append({"prompt": prompt, "reference": rec[key]})
-    if not prompts:
-        raise UsageError(f"{path}: no prompts")
-    return prompts

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from llmctl.eval.tasks import GSM8K_PROMPT, GSM8K_STOP
+from llmctl.tasks.gsm8k import PROMPT as GSM8K_PROMPT, STOP as GSM8K_STOP
 from llmctl.model.generate import Engine, Generation, SamplingParams
 
 

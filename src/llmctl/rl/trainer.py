@@ -16,13 +16,13 @@ loss normalizers (sequences, tokens) are those of the global batch, and the metr
 Each rank backpropagates its own kept groups' share of the global loss; the gradients are summed
 across ranks (torchrt.distributed.all_reduce_grads), so the update equals the one process would make
 on the whole batch. Rank 0 gathers the rollouts into the same rollouts/step-N.parquet and alone
-writes metrics.jsonl, checkpoints and the manifest; held-out evaluation is split across ranks.
+writes metrics.jsonl, checkpoints and the manifest (torchrt/rundir.py, the run directory train
+keeps too); held-out evaluation is split across ranks.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,7 +36,8 @@ import torch.nn.functional as F
 
 from llmctl import __version__
 from llmctl.artifacts import checkpoint as ckpt_io
-from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
+from llmctl.artifacts.atomic import atomic_path
+from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.errors import UsageError
 from llmctl.eval.metrics import summarize_scores
 from llmctl.model.generate import SamplingParams
@@ -45,7 +46,7 @@ from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequenc
 from llmctl.torchrt import distributed
 from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
-from llmctl.train.trainer import truncate_metrics
+from llmctl.torchrt.rundir import TRAINING_RUN, RunDir
 
 
 # per-sample numbers every rank shares after each draw (rl/trainer.py's all-reduced table)
@@ -110,7 +111,8 @@ class RLTrainer:
     def __init__(self, init: str, prompts_file: str, out: Path, cfg: RLConfig, eval_file: str | None = None,
                  resume: bool = False, overwrite: bool = False, on_step: Callable[[dict], None] | None = None,
                  on_log: Callable[[str], None] | None = None):
-        from llmctl.rl.rewards import load_prompts, make_verifier
+        from llmctl.rl.rewards import make_verifier
+        from llmctl.tasks import load_prompts
 
         cfg.check()
         self.cfg, self.out = cfg, Path(out)
@@ -121,9 +123,9 @@ class RLTrainer:
         quiet = lambda x: None  # noqa: E731  (progress is printed by rank 0 only)
         self.on_step = (on_step or quiet) if d.is_main else quiet
         self.on_log = (on_log or quiet) if d.is_main else quiet
-        self.ckpt_root = self.out / "checkpoints"
-        self._prepare_out(resume, overwrite)
-        source = self.ckpt_root if resume else init
+        self.run_dir = RunDir(self.out, d, entries=(*TRAINING_RUN, "rollouts"))
+        self.run_dir.prepare(resume, overwrite)
+        source = self.run_dir.checkpoints if resume else init
         self.device = d.device
         self.model, ck = ckpt_io.load_model(source, self.device)
         self.init_ckpt = ckpt_io.resolve_checkpoint(init)
@@ -151,23 +153,6 @@ class RLTrainer:
         keep_freed_memory(self.device)
         if resume and (opt_state := ck.optimizer_state()) is not None:
             self.opt.load_state_dict(opt_state)
-
-    def _prepare_out(self, resume: bool, overwrite: bool) -> None:
-        if resume:
-            if not ckpt_io.list_checkpoints(self.ckpt_root):
-                raise UsageError(f"--resume: {self.ckpt_root} holds no checkpoint")
-            return
-        full = self.out.exists() and any(self.out.iterdir())
-        if full and not overwrite:
-            raise UsageError(f"{self.out} is not empty: pass --resume to continue it or --overwrite to start over")
-        distributed.barrier(self.dist)  # every rank has looked at OUT before rank 0 empties it
-        if self.dist.is_main:
-            if full:
-                import shutil
-
-                shutil.rmtree(self.out)
-            self.out.mkdir(parents=True, exist_ok=True)
-        distributed.barrier(self.dist)
 
     # -- prompts -----------------------------------------------------------------------------
 
@@ -332,19 +317,28 @@ class RLTrainer:
     def run(self) -> Manifest:
         c, d = self.cfg, self.dist
         started = time.perf_counter()
-        metrics = None
+        self.run_dir.write_json("config.json", {
+            "rl": asdict(c), "init": str(self.init_ckpt), "prompts": self.prompts_file, "eval": self.eval_file,
+            "chat": self.chat, "world_size": d.world, "llmctl_version": __version__})
         if d.is_main:
-            (self.out / "config.json").write_text(json.dumps({
-                "rl": asdict(c), "init": str(self.init_ckpt), "prompts": self.prompts_file, "eval": self.eval_file,
-                "chat": self.chat, "world_size": d.world, "llmctl_version": __version__}, indent=2) + "\n")
             (self.out / "rollouts").mkdir(exist_ok=True)
-            path = self.out / "metrics.jsonl"
-            truncate_metrics(path, self.state["step"])
-            metrics = open(path, "a")
+        with self.run_dir.metrics(self.state["step"]) as metrics:
+            last_eval = self._loop(metrics)
+        counts = {"steps": self.state["step"], "prompts_drawn": self.state["prompt_position"]}
+        if last_eval:
+            counts.update({"eval_accuracy": round(last_eval["mean"], 6), "eval_ci_low": round(last_eval["ci_low"], 6),
+                           "eval_ci_high": round(last_eval["ci_high"], 6), "eval_n": last_eval["n"]})
+        inputs = [input_ref(self.init_ckpt.parent.parent if self.init_ckpt.parent.name == "checkpoints" else self.init_ckpt),
+                  input_ref(self.prompts_file)]
+        return self.run_dir.finish(Manifest(kind="run", stage="rl", config=asdict(c), inputs=inputs,
+                                            counts=counts, wall_seconds=round(time.perf_counter() - started, 3)))
+
+    def _loop(self, metrics) -> dict | None:
+        """The steps still to run (an evaluation first on a fresh run); returns the last evaluation."""
+        c = self.cfg
         if self.state["step"] == 0 and self.eval_prompts:
             ev = self.evaluate()
-            if metrics:
-                metrics.write(json.dumps({"step": 0, "eval": ev}) + "\n")
+            metrics.log({"step": 0, "eval": ev})
             self.on_log(f"step 0: held-out accuracy {ev['mean']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}] (n={ev['n']})")
         last_eval = None
         while self.state["step"] < c.steps:
@@ -364,25 +358,11 @@ class RLTrainer:
             self._write_rollouts(sampled, self.state["step"])
             if self.eval_prompts and c.eval_every and (self.state["step"] % c.eval_every == 0 or self.state["step"] == c.steps):
                 rec["eval"] = last_eval = self.evaluate()
-            if metrics:
-                metrics.write(json.dumps(rec) + "\n")
-                metrics.flush()
+            metrics.log(rec)
             self.on_step(rec)
             if self.state["step"] % c.checkpoint_every == 0 or self.state["step"] == c.steps:
                 self._checkpoint()
-        if metrics:
-            metrics.close()
-        counts = {"steps": self.state["step"], "prompts_drawn": self.state["prompt_position"]}
-        if last_eval:
-            counts.update({"eval_accuracy": round(last_eval["mean"], 6), "eval_ci_low": round(last_eval["ci_low"], 6),
-                           "eval_ci_high": round(last_eval["ci_high"], 6), "eval_n": last_eval["n"]})
-        inputs = [input_ref(self.init_ckpt.parent.parent if self.init_ckpt.parent.name == "checkpoints" else self.init_ckpt),
-                  input_ref(self.prompts_file)]
-        m = Manifest(kind="run", stage="rl", config=asdict(c), inputs=inputs, counts=counts,
-                     wall_seconds=round(time.perf_counter() - started, 3))
-        if d.is_main:
-            write_manifest(self.out, m)
-        return m
+        return last_eval
 
     def _write_rollouts(self, sampled: list[tuple[tuple[int, int], list[Sample]]], step: int) -> None:
         """One file for the step on rank 0: every rank's groups, in (draw, slot) order as one process writes them."""
@@ -395,16 +375,14 @@ class RLTrainer:
             return
         ordered = sorted((item for part in gathered for item in part), key=lambda kv: kv[0])
         table = pa.Table.from_pylist([r for _, group in ordered for r in group])
-        pq.write_table(table, self.out / "rollouts" / f"step-{step:06d}.parquet")
+        with atomic_path(self.out / "rollouts" / f"step-{step:06d}.parquet") as tmp:
+            pq.write_table(table, tmp)
 
     def _checkpoint(self) -> None:
         # sampling is seeded by (seed, step, position) and prompts by (seed, position): no RNG state to carry
-        if self.dist.is_main:
-            state = {**self.state, "seed": self.cfg.seed}
-            ckpt_io.save_checkpoint(self.ckpt_root, self.state["step"], self.model.cfg, self.model.state_dict(), state,
-                                    optimizer_state=self.opt.state_dict(), tokenizer_file=self.tokenizer_file,
-                                    keep_last=self.cfg.keep_checkpoints)
-        distributed.barrier(self.dist)
+        self.run_dir.checkpoint(self.state["step"], self.model.cfg, self.model.state_dict(),
+                                {**self.state, "seed": self.cfg.seed}, optimizer_state=self.opt.state_dict(),
+                                tokenizer_file=self.tokenizer_file, keep_last=self.cfg.keep_checkpoints)
 
 
 def run_rl(init: str, prompts: str, out: Path, cfg: RLConfig, **kw) -> Manifest:
