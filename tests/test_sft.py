@@ -23,7 +23,8 @@ from llmctl.model.config import ModelConfig
 from llmctl.model.export import export_hf, import_hf
 from llmctl.model.transformer import Transformer
 from llmctl.train.sft import SFTData, SFTOptions, attention_mask, pack, row_batch
-from llmctl.train.trainer import TrainConfig, Trainer
+from llmctl.train.config import TrainConfig
+from llmctl.train.trainer import Trainer
 
 MODEL = SMALL[:10]  # the --set model.* pairs of test_train's small model
 SFT_ARGS = [*MODEL, "--seq-len", "128", "--batch-tokens", "1024", "--micro-batch", "4", "--max-tokens", "30720",
@@ -176,9 +177,10 @@ def test_gsm8k_as_is_packs_tightly_with_loss_on_solutions(tok):
 def _grads(tok, chats, out, micro, naive=False):
     cfg = TrainConfig(seq_len=64, batch_tokens=8 * 64, micro_batch=micro, max_tokens=8 * 64, device="cpu", seed=3)
     model_cfg = ModelConfig(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ff=128)
-    tr = Trainer(chats, out, model_cfg, cfg, sft=SFTOptions(chats, tok))
+    tr = Trainer(SFTData(SFTOptions(chats, tok), cfg.seq_len, cfg.seed), out, model_cfg, cfg)
     model, _, _ = tr._build()
-    loader = tr.sft.batches(cfg.seed)
+    tr.source.start(tr.model_cfg.padded_vocab)
+    loader = tr.source.loader
     if naive:  # the aggregation bug: mean per micro-batch, micro-batches averaged
         micro_batches = list(loader.micro_batches(0, 8, micro))
         for x, y, seg, pos in micro_batches:
@@ -186,7 +188,7 @@ def _grads(tok, chats, out, micro, naive=False):
             (F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100) / len(micro_batches)).backward()
         loss = None
     else:
-        loss, _, z = tr._accumulate(model, loader, 0)
+        loss, _, z = tr._accumulate(model, 0)
         assert z == sum(int((y != -100).sum()) for _, y, _, _ in loader.micro_batches(0, 8, 8))
     return torch.cat([p.grad.flatten() for p in model.parameters()]), loss
 

@@ -24,7 +24,8 @@ from llmctl.model.config import ModelConfig
 from llmctl.model.transformer import Transformer
 from llmctl.runtime.options import RunOptions
 from llmctl.torchrt.optim import lr_at, param_groups
-from llmctl.train.trainer import TrainConfig, load_run_config, run_train
+from llmctl.train.config import TrainConfig, load_run_config
+from llmctl.train.trainer import run_train
 
 SMALL = ["--set", "model.n_layers=2", "--set", "model.d_model=64", "--set", "model.n_heads=4",
          "--set", "model.n_kv_heads=2", "--set", "model.d_ff=128", "--seq-len", "32", "--batch-tokens", "256",
@@ -236,3 +237,40 @@ def test_missing_or_corrupt_checkpoint_is_one_line(tokens, tmp_path):
         p = llmctl(*args)
         err = p.stderr.decode().strip()
         assert p.returncode == 2 and "corrupt" in err and len(err.splitlines()) == 1, err
+
+
+def test_run_dir_lifecycle(tmp_path):
+    """torchrt.RunDir, the run directory train, rl and eval share: new / not empty / --overwrite
+    (only the run's own entries go) / --resume (a checkpoint, the same model), metrics truncated
+    past the checkpoint on resume, checkpoint then manifest."""
+    from llmctl.artifacts.manifest import Manifest
+    from llmctl.torchrt.rundir import RunDir
+
+    out = tmp_path / "run"
+    rd = RunDir(out)
+    with pytest.raises(UsageError, match="holds no checkpoint"):
+        rd.prepare(resume=True)
+    rd.prepare()
+    assert out.is_dir() and not rd.has_checkpoint()
+    cfg = ModelConfig(vocab_size=64, n_layers=1, d_model=32, n_heads=2)
+    rd.write_json("config.json", {"model": cfg.to_dict()})
+    with rd.metrics(0) as m:
+        for step in (1, 2, 3):
+            m.log({"step": step, "loss": 1.0 / step})
+    rd.checkpoint(2, cfg, Transformer(cfg).state_dict(), {"step": 2})
+    rd.finish(Manifest(kind="run", stage="train"))
+    assert rd.has_checkpoint() and (out / "manifest.json").is_file()
+    (out / "plots").mkdir()
+    with pytest.raises(UsageError, match="is not empty: pass --resume"):
+        RunDir(out).prepare()
+    with pytest.raises(UsageError, match="not empty \\(pass --overwrite\\)"):
+        RunDir(out, resumable=False).check()
+    with pytest.raises(UsageError, match="the model in .* differs"):
+        RunDir(out).prepare(resume=True, expect={"model": {**cfg.to_dict(), "n_layers": 2}})
+    RunDir(out).prepare(resume=True, expect={"model": cfg.to_dict()})
+    with RunDir(out).metrics(2) as m:  # resumed at step 2: step 3 runs again
+        m.log({"step": 3, "loss": 0.5})
+    assert [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] == \
+        [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}, {"step": 3, "loss": 0.5}]
+    RunDir(out).prepare(overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == ["plots"]

@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from llmctl.torchrt.device import pick_device
+
 
 @dataclass
 class Dist:
@@ -30,14 +32,6 @@ class Dist:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-
-def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        return torch.device("cuda", local_rank)
-    return torch.device(name)
 
 
 def init(device: str = "auto") -> Dist:

@@ -1,6 +1,6 @@
 """Packed training batches that are a pure function of (seed, step).
 
-The token stream of a tokens artifact (documents joined by EOS, DESIGN §2) is cut into
+The token stream of a tokens artifact (documents joined by EOS, docs/design.md §2) is cut into
 non-overlapping windows of seq_len + 1 tokens. Each epoch visits every window once in an order
 drawn from (seed, epoch); global sequence number g = step·batch_seqs + j lives in epoch
 g // n_windows at position g % n_windows. So the batch at any step — and any rank's slice of it —

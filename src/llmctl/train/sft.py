@@ -18,11 +18,15 @@ backpropagates its summed NLL · world / Z — DDP averages gradients over ranks
 so the gradient is the same whatever the micro-batch size or the rank count (the spec's test:
 1 micro-batch of 8 == 8 micro-batches of 1). A per-micro-batch mean would weight a token of a
 short micro-batch more than one of a long one.
+
+SFTData is this data as the training loop's batch source (train/trainer.py's BatchSource);
+`run_sft` hands it to the loop.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -31,9 +35,11 @@ import numpy as np
 import torch
 
 from llmctl.data.chat import NAME as TEMPLATE_NAME
-from llmctl.data.chat import ChatTemplate, to_messages
+from llmctl.data.chat import ChatTemplate
 from llmctl.errors import UsageError
+from llmctl.torchrt import distributed
 from llmctl.train.loader import PackedBatches
+from llmctl.train.trainer import fit
 
 
 @dataclass
@@ -145,7 +151,7 @@ class PackedChats(PackedBatches):
 
 
 def read_conversations(path: Path) -> list[list[dict]]:
-    from llmctl.eval.taskfile import read_records, where
+    from llmctl.tasks import read_records, to_messages, where
 
     if not Path(path).is_file():
         raise UsageError(f"--sft: chats file not found: {path}")
@@ -156,12 +162,14 @@ def read_conversations(path: Path) -> list[list[dict]]:
 
 
 class SFTData:
-    """The packed train rows and held-out rows of a chats file, ready for the trainer."""
+    """The packed train rows and held-out rows of a chats file: the trainer's batch source."""
 
     def __init__(self, opts: SFTOptions, seq_len: int, seed: int, on_log=lambda m: None):
         if not 0.0 <= opts.val_fraction < 1.0:
             raise UsageError(f"--val-fraction must lie in [0, 1), got {opts.val_fraction}")
-        self.opts = opts
+        self.opts, self.seed = opts, seed
+        self.init, self.tokenizer_file = opts.init, opts.tokenizer
+        self.loader: PackedChats | None = None
         self.template = ChatTemplate(opts.tokenizer)
         self.vocab_size = self.template.encoder.info.vocab_size
         convs = read_conversations(opts.chats)
@@ -184,9 +192,7 @@ class SFTData:
         on_log(f"sft: {self.train.conversations:,} conversations in {len(self.train):,} rows of {seq_len} "
                f"({100 * self.train.fill:.1f}% filled, {self.train.loss_tokens:,} assistant tokens)"
                + (f"; {self.val.conversations:,} held out" if self.val else ""))
-
-    def batches(self, seed: int) -> PackedChats:
-        return PackedChats(self.train, seed)
+        self.has_val = self.val is not None
 
     def describe(self) -> dict:
         """What config.json records about the data."""
@@ -194,27 +200,34 @@ class SFTData:
         return {"sft": str(o.chats), "tokenizer": str(o.tokenizer), "init": str(o.init) if o.init else None,
                 "val_fraction": o.val_fraction, "chat_template": TEMPLATE_NAME}
 
-    def counts(self) -> dict:
-        c = {"conversations": self.train.conversations, "rows": len(self.train), "truncated": self.train.truncated,
-             "assistant_tokens_per_epoch": self.train.loss_tokens}
-        if self.val is not None:
-            c["val_conversations"] = self.val.conversations
-        return c
+    def start(self, padded_vocab: int) -> None:
+        self.loader = PackedChats(self.train, self.seed)
 
-    def inputs(self) -> list[dict]:
-        """Manifest inputs: the chats file, and the --init checkpoint's run (its lineage) when it has one."""
-        from llmctl.artifacts.manifest import MANIFEST, input_ref
+    def batch(self, step: int, batch_seqs: int, micro: int, dist):
+        """Each micro-batch backpropagates its summed NLL · world / Z, Z = the assistant-token count
+        of the whole global batch (all-reduced), so the gradient is NLL_total / Z whatever the
+        micro-batch split and rank count (spec 001-posttrain-rl §A1)."""
+        micro_batches = list(self.loader.micro_batches(step, batch_seqs, micro, dist.rank, dist.world))
+        local = float(sum(int((y != -100).sum()) for _, y, _, _ in micro_batches))
+        z, = distributed.all_reduce_sum([local], dist)
+        scale = dist.world / max(z, 1.0)
+        return micro_batches, [scale] * len(micro_batches), z
 
-        refs = [input_ref(self.opts.chats)]
-        if self.opts.init is not None:
-            init = Path(self.opts.init)
-            owner = next((p for p in (init, init.parent, init.parent.parent) if (p / MANIFEST).is_file()), init)
-            refs.append(input_ref(owner))
-        return refs
+    def loss(self, model, batch, z_loss: float):
+        """(summed token NLL [+ z-loss term], summed NLL, max logit) of one micro-batch."""
+        x, y, segments, positions = batch
+        loss, stats = model(x, y, z_loss=z_loss, reduction="sum", mask=attention_mask(segments), positions=positions)
+        return loss, stats["ce"], stats["max_logit"]
+
+    def validate(self, model, dist, micro: int, limit: int, autocast) -> dict:
+        nll, n = distributed.all_reduce_sum(list(self._val_sums(model, micro, dist.device, autocast, dist.rank,
+                                                                dist.world, limit)), dist)
+        loss = nll / max(n, 1.0)
+        return {"loss": round(loss, 6), "perplexity": round(math.exp(min(loss, 50.0)), 4), "tokens": int(n)}
 
     @torch.no_grad()
-    def validate(self, model, micro: int, device, autocast, rank: int = 0, world: int = 1,
-                 max_rows: int | None = None) -> tuple[float, float]:
+    def _val_sums(self, model, micro: int, device, autocast, rank: int, world: int,
+                  max_rows: int | None = None) -> tuple[float, float]:
         """(summed NLL over assistant tokens, their count) on this rank's share of the held-out rows."""
         n = len(self.val) if max_rows is None else min(len(self.val), max_rows)
         mine = list(range(rank, n, world))
@@ -230,12 +243,28 @@ class SFTData:
         model.train(was_training)
         return nll, count
 
+    def checkpoint_state(self) -> dict:
+        """eval, generate and rl read this: the model speaks the chat template."""
+        return {"chat": True, "chat_template": self.template.name}
 
-def sft_loss(model, x, y, segments, positions, scale: float, z_loss: float = 0.0):
-    """(summed token NLL · scale [+ z-loss term], summed NLL, max logit) of one micro-batch.
-    scale = world / Z_global makes the accumulated, rank-averaged gradient that of NLL_total / Z."""
-    loss, stats = model(x, y, z_loss=z_loss, reduction="sum", mask=attention_mask(segments), positions=positions)
-    return loss * scale, stats["ce"], stats["max_logit"]
+    def manifest(self, val: dict | None) -> tuple[dict, list[dict], dict]:
+        counts = {"conversations": self.train.conversations, "rows": len(self.train),
+                  "truncated": self.train.truncated, "assistant_tokens_per_epoch": self.train.loss_tokens}
+        if self.val is not None:
+            counts["val_conversations"] = self.val.conversations
+        counts.update({f"val_{k}": v for k, v in (val or {}).items()})
+        return {"sft": self.describe()}, self._inputs(), counts
+
+    def _inputs(self) -> list[dict]:
+        """Manifest inputs: the chats file, and the --init checkpoint's run (its lineage) when it has one."""
+        from llmctl.artifacts.manifest import MANIFEST, input_ref
+
+        refs = [input_ref(self.opts.chats)]
+        if self.opts.init is not None:
+            init = Path(self.opts.init)
+            owner = next((p for p in (init, init.parent, init.parent.parent) if (p / MANIFEST).is_file()), init)
+            refs.append(input_ref(owner))
+        return refs
 
 
 def resolve_sft(chats: Path, model_cfg, init: Path | None, tokenizer: Path | None, val_fraction: float):
@@ -260,8 +289,11 @@ def resolve_sft(chats: Path, model_cfg, init: Path | None, tokenizer: Path | Non
 
 
 def run_sft(chats: Path, out: Path, model_cfg, cfg, init: Path | None = None, tokenizer: Path | None = None,
-            val_fraction: float = 0.0, **kw):
-    from llmctl.train.trainer import run_train
-
+            val_fraction: float = 0.0, val: Path | None = None, on_log=None, **kw):
+    """`llmctl train --sft CHATS`: fine-tune on conversations (the trainer's other keywords pass through)."""
     model_cfg, opts = resolve_sft(chats, model_cfg, init, tokenizer, val_fraction)
-    return run_train(Path(chats), out, model_cfg, cfg, sft=opts, **kw)
+    cfg.check()
+    if val:
+        raise UsageError("--sft holds out --val-fraction of the conversations; --val is for pretraining")
+    data = SFTData(opts, cfg.seq_len, cfg.seed, on_log or (lambda m: None))
+    return fit(data, out, model_cfg, cfg, on_log=on_log, **kw)

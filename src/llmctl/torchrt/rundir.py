@@ -1,0 +1,130 @@
+"""A run's output directory, from the first check to the manifest: one lifecycle for train, rl
+and eval (docs/design.md §2 for the files, §3 for output preparation).
+
+    config.json      the resolved configuration, written when the run starts
+    metrics.jsonl    one JSON object per record, appended and flushed as the run goes
+    checkpoints/     step-NNNNNN/ and `latest` (artifacts/checkpoint.py)
+    manifest.json    written last: its presence marks the run complete
+
+A new run needs OUT to be new or empty, or --overwrite, which removes the entries this kind of
+run writes (and nothing else in OUT). --resume needs a checkpoint, and a saved config.json that
+agrees with this command's on the keys the caller names; resuming drops the metrics records past
+the checkpoint, since those steps run again. Under torchrun every rank calls every method: rank 0
+alone touches the disk, and barriers keep the other ranks from running ahead of it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from llmctl.artifacts import checkpoint as ckpt_io
+from llmctl.artifacts.atomic import write_text
+from llmctl.artifacts.manifest import Manifest, write_manifest
+from llmctl.errors import UsageError
+from llmctl.torchrt import distributed
+from llmctl.torchrt.distributed import Dist
+
+TRAINING_RUN = ("checkpoints", "metrics.jsonl", "manifest.json", "config.json")  # what train writes
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop a run's metrics records past `step` (on resume those steps are about to run again)."""
+    if not path.is_file():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    write_text(path, "".join(line + "\n" for line in keep))
+
+
+class Metrics:
+    """metrics.jsonl open for appending on rank 0 (a no-op elsewhere); each record is flushed."""
+
+    def __init__(self, path: Path | None):
+        self._file = open(path, "a") if path is not None else None
+
+    def log(self, record: dict) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def __enter__(self) -> Metrics:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class RunDir:
+    """OUT of one run. `entries`: what this kind of run writes, all that --overwrite removes;
+    `resumable`: whether the command has --resume (eval's results directory has not)."""
+
+    def __init__(self, out: str | Path, dist: Dist | None = None, entries: tuple[str, ...] = TRAINING_RUN,
+                 resumable: bool = True):
+        self.out, self.dist = Path(out), dist or Dist()
+        self.entries, self.resumable = entries, resumable
+        self.checkpoints = self.out / "checkpoints"
+
+    def prepare(self, resume: bool = False, overwrite: bool = False, expect: dict | None = None) -> None:
+        """`check`, then for a new run rank 0 empties OUT of this run's entries (and creates OUT)."""
+        self.check(resume, overwrite, expect)
+        if resume:
+            return
+        distributed.barrier(self.dist)  # every rank has looked at OUT before rank 0 empties it
+        if self.dist.is_main:
+            for name in self.entries:
+                p = self.out / name
+                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+            self.out.mkdir(parents=True, exist_ok=True)
+        distributed.barrier(self.dist)
+
+    def check(self, resume: bool = False, overwrite: bool = False, expect: dict | None = None) -> None:
+        """The usage errors, touching nothing: a new run needs OUT new, empty or --overwrite; --resume
+        needs a checkpoint, and config.json's saved values of the keys in `expect` must be these."""
+        if not resume:
+            if self.out.exists() and any(self.out.iterdir()) and not overwrite:
+                hint = ": pass --resume to continue it or --overwrite to start over" if self.resumable else " (pass --overwrite)"
+                raise UsageError(f"{self.out} is not empty{hint}")
+            return
+        if not ckpt_io.list_checkpoints(self.checkpoints):
+            raise UsageError(f"--resume: {self.checkpoints} holds no checkpoint")
+        saved = self.out / "config.json"
+        if expect and saved.is_file():
+            prev = json.loads(saved.read_text())
+            for key, value in expect.items():
+                if prev.get(key) != value:
+                    raise UsageError(f"--resume: the {key} in {saved} differs from this command's")
+
+    def has_checkpoint(self) -> bool:
+        return (self.checkpoints / ckpt_io.LATEST).is_file()
+
+    def write_json(self, name: str, doc: dict, **dumps) -> None:
+        """OUT/name, atomically, on rank 0 (config.json, eval's results.json)."""
+        if self.dist.is_main:
+            write_text(self.out / name, json.dumps(doc, indent=2, **dumps) + "\n")
+
+    def metrics(self, step: int) -> Metrics:
+        """metrics.jsonl for appending, records past `step` dropped first."""
+        if not self.dist.is_main:
+            return Metrics(None)
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = self.out / "metrics.jsonl"
+        truncate_metrics(path, step)
+        return Metrics(path)
+
+    def checkpoint(self, step: int, model_cfg, model_state: dict, trainer_state: dict, **kw) -> None:
+        """Rank 0 saves checkpoints/step-N atomically and then points `latest` at it
+        (ckpt_io.save_checkpoint's keyword arguments pass through); every rank waits for it."""
+        if self.dist.is_main:
+            ckpt_io.save_checkpoint(self.checkpoints, step, model_cfg, model_state, trainer_state, **kw)
+        distributed.barrier(self.dist)
+
+    def finish(self, manifest: Manifest) -> Manifest:
+        """The manifest, written last (after the final checkpoint) on rank 0."""
+        if self.dist.is_main:
+            write_manifest(self.out, manifest)
+        return manifest

@@ -1,0 +1,103 @@
+"""`llmctl train`'s settings: the TrainConfig dataclass, and how a preset, `--set` overrides and
+explicit flags combine into it and the model's ModelConfig."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmctl.errors import UsageError
+from llmctl.model.config import ModelConfig
+from llmctl.torchrt.device import DTYPES
+
+
+@dataclass
+class TrainConfig:
+    seq_len: int = 256
+    batch_tokens: int = 8192  # global batch in tokens, all ranks together
+    micro_batch: int = 16  # sequences per forward pass on one rank
+    max_tokens: int = 2_000_000  # the run's length; schedules are laid out over it
+    max_steps: int | None = None  # stop early after this many steps (the schedule is unchanged)
+    lr: float = 3e-3
+    warmup_tokens: int | None = None  # linear warmup length; None: warmup_frac of max_tokens
+    warmup_frac: float = 0.1
+    schedule: str = "wsd"  # wsd | cosine | linear
+    cooldown_frac: float = 0.2  # wsd: decay over the last 20% (spec §A5: 10-20%)
+    cooldown: str = "linear"  # wsd cooldown shape: linear | sqrt (1 − √)
+    final_lr_frac: float = 0.0  # wsd/cosine floor as a fraction of peak (cosine: 0 means 10%)
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    z_loss: float = 0.0  # spec §A3: 1e-4 at scale
+    dtype: str = "float32"  # float32 | bfloat16 (autocast; master weights stay fp32)
+    seed: int = 0
+    eval_every: int = 100  # steps between validation passes (0: only at the end)
+    eval_windows: int = 64  # validation windows of seq_len per pass
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 3
+    max_bad_steps: int = 5  # non-finite steps in a row before the run aborts
+    spike_window: int = 50  # loss spike: z-score against the last spike_window finite losses
+    spike_zscore: float = 6.0
+    compile: bool = False
+    fsdp: bool = False
+    peak_flops: float | None = None  # FLOP/s of one device for MFU (default: table or measured)
+    device: str = "auto"  # auto | cpu | cuda
+    threads: int | None = None  # torch intra-op threads (CPU)
+
+    def check(self) -> None:
+        if self.dtype not in DTYPES:
+            raise UsageError(f"train: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.schedule not in ("wsd", "cosine", "linear"):
+            raise UsageError(f"train: schedule must be wsd, cosine or linear, got {self.schedule!r}")
+        if self.cooldown not in ("linear", "sqrt"):
+            raise UsageError(f"train: cooldown must be linear or sqrt, got {self.cooldown!r}")
+        for name in ("seq_len", "batch_tokens", "micro_batch", "max_tokens"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"train: {name} must be positive")
+        if self.batch_tokens % self.seq_len:
+            raise UsageError(f"train: batch_tokens ({self.batch_tokens}) must be a multiple of seq_len ({self.seq_len})")
+
+
+def parse_sets(sets: list[str]) -> tuple[dict, dict]:
+    """`--set model.n_layers=8 --set train.lr=1e-3` → (model overrides, train overrides); values
+    are TOML scalars (numbers, true/false, quoted or bare strings)."""
+    import tomllib
+
+    model, train = {}, {}
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        table, dot, name = key.strip().partition(".")
+        if not sep or not dot or table not in ("model", "train"):
+            raise UsageError(f"--set {item!r}: expected model.KEY=VALUE or train.KEY=VALUE")
+        try:
+            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()
+        (model if table == "model" else train)[name] = value
+    return model, train
+
+
+def load_run_config(config: str | None, train_flags: dict, sets: list[str] = ()) -> tuple[ModelConfig, TrainConfig]:
+    """A train preset ([model] and [train] tables), then --set overrides, then explicit flags."""
+    from llmctl.config import build_config, find_config, read_toml
+
+    model_values: dict = {}
+    if config:
+        path = find_config("train", config)
+        data = read_toml(path)
+        unknown = sorted(set(data) - {"model", "train"})
+        if unknown:
+            raise UsageError(f"{path}: unknown table(s) {', '.join(unknown)} (expected [model] and [train])")
+        model_values = dict(data.get("model", {}))
+    model_sets, train_sets = parse_sets(list(sets))
+    model_values.update(model_sets)
+    try:
+        model_cfg = ModelConfig.from_dict(model_values)
+    except TypeError as e:
+        raise UsageError(f"model config: {e}") from e
+    unknown = sorted(set(train_sets) - set(TrainConfig.__dataclass_fields__))
+    if unknown:
+        raise UsageError(f"--set: unknown train key(s) {', '.join(unknown)}")
+    overrides = {**train_sets, **{k: v for k, v in train_flags.items() if v is not None}}
+    return model_cfg, build_config(TrainConfig, "train", config, overrides, table="train")
