@@ -295,5 +295,5 @@ def test_library_call_runs_every_phase_on_the_requested_executor(tmp_path, monke
     m = run_dedup([write(tmp_path, rows, parts=2)], str(tmp_path / "out"), DedupConfig(exact=True, minhash=True), RunOptions(executor="ray"))
     assert m.counts["out"] == 3
     assert {n.split("-")[0] for n in seen} >= {"sign", "part"} and any(n.startswith(("minhash", "exact", "url")) for n in seen)
-    local = run_dedup([str(tmp_path / "in")], str(tmp_path / "local"), DedupConfig(exact=True, minhash=True), RunOptions())
+    run_dedup([str(tmp_path / "in")], str(tmp_path / "local"), DedupConfig(exact=True, minhash=True), RunOptions())
     assert read(tmp_path / "out") == read(tmp_path / "local")

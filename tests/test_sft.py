@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from conftest import llmctl, shared_file
 from test_train import SMALL, sentences, step_losses, tokens  # noqa: F401  (tokens is a fixture)
 from llmctl.artifacts.checkpoint import load_checkpoint, load_model, save_checkpoint
-from llmctl.data.chat import ChatTemplate, to_messages
+from llmctl.data.chat import ChatTemplate
+from llmctl.tasks import to_messages
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
 from llmctl.model.export import export_hf, import_hf

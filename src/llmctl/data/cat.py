@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from llmctl.artifacts.atomic import STDIO, prepare_new_out
 from llmctl.artifacts.docs import DocsSink, open_docs_inputs

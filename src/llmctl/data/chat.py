@@ -26,7 +26,6 @@ from pathlib import Path
 
 from llmctl.errors import UsageError
 from llmctl.tasks.chat import ROLES
-from llmctl.tasks.registry import to_messages  # moved to llmctl.tasks; this name stays for callers not yet moved
 
 NAME = "llmctl-chat-v1"  # written into trainer_state.json of SFT checkpoints ("chat_template")
 ROLE_TOKENS = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
@@ -34,7 +33,7 @@ END = "<|end|>"
 BOS = "<|endoftext|>"
 
 
-__all__ = ["NAME", "ROLES", "ROLE_TOKENS", "END", "BOS", "ChatTemplate", "to_messages"]
+__all__ = ["NAME", "ROLES", "ROLE_TOKENS", "END", "BOS", "ChatTemplate"]
 
 
 class ChatTemplate:

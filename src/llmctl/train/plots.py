@@ -29,7 +29,7 @@ RL_CURVES = [
 
 def read_metrics(run: Path) -> tuple[list[dict], list[dict]]:
     """(step records, validation records) of a run directory or a metrics.jsonl file."""
-    from llmctl.eval.taskfile import read_records  # the JSONL reader that names a bad line
+    from llmctl.tasks.files import read_records  # the JSONL reader that names a bad line
 
     path = run / "metrics.jsonl" if run.is_dir() else run
     if not path.is_file():
