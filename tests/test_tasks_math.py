@@ -48,6 +48,11 @@ def test_eval_reads_math_with_boxed_answers(math_file):
     assert gen_stop("math") == ("Problem:",)
     family = family_for_kind("math")
     assert family.extract == "boxed" and family.item_kind == "gen"
+    from llmctl.eval.runner import EvalConfig
+    from llmctl.eval.tasks import gen_extract
+
+    assert EvalConfig().extract is None  # no --extract: eval scores each kind with its family's rule
+    assert gen_extract("math") == "boxed" and gen_extract("gsm8k") == "after_hash"
     scoring = GenScoring(extract=family.extract)
     completions = ["So the sum is $\\boxed{\\dfrac{1}{2}}$.", "That gives \\boxed{10}.", "The answer is \\boxed{\\text{(C)}}.",
                    "x = 3, so \\boxed{3}", "\\boxed{1024}"]

@@ -28,7 +28,7 @@ from llmctl.errors import UsageError
 from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.eval.score import argmax_first, encode_pair, normalized_scores, score_items
-from llmctl.eval.tasks import TaskSpec, gen_prompt, gen_stop, load_items, prompt_format
+from llmctl.eval.tasks import TaskSpec, gen_extract, gen_prompt, gen_stop, load_items, prompt_format
 from llmctl.model.generate import Engine, SamplingParams
 from llmctl.runtime.progress import Progress
 from llmctl.tasks import GenScoring, MCItem, chat_messages, fewshot_prefix
@@ -53,7 +53,7 @@ class EvalConfig:
     top_k: int = 0
     top_p: float = 1.0
     max_new_tokens: int = 256
-    extract: str = "after_hash"  # answer extraction: after_hash | last_number | boxed
+    extract: str | None = None  # answer extraction: after_hash | last_number | boxed; None: the task family's rule
     pass_k: list[int] = field(default_factory=lambda: [1])
     batch_size: int = 16  # sequences per generation batch
     device: str = "auto"
@@ -61,7 +61,7 @@ class EvalConfig:
     def check(self) -> None:
         if self.norm not in NORMS:
             raise UsageError(f"--norm must be one of {', '.join(NORMS)}")
-        if self.extract not in ("after_hash", "last_number", "boxed"):
+        if self.extract not in (None, "after_hash", "last_number", "boxed"):
             raise UsageError("--extract must be after_hash, last_number or boxed")
         if self.samples < 1 or any(k < 1 or k > self.samples for k in self.pass_k):
             raise UsageError(f"--pass-k values must lie in 1..--samples ({self.samples})")
@@ -160,7 +160,8 @@ class Evaluator:
 
     def _generative(self, spec: TaskSpec, items) -> tuple[dict, list[dict]]:
         c = self.cfg
-        scoring = GenScoring(extract=c.extract)
+        extract = c.extract or gen_extract(spec.kind)
+        scoring = GenScoring(extract=extract)
         params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k,
                                 top_p=c.top_p, seed=c.seed, stop=gen_stop(spec.kind))
         if self.chat is not None:  # a chat checkpoint answers in the assistant turn and ends it with <|end|>
@@ -200,7 +201,7 @@ class Evaluator:
         plain = prompt_format(spec.kind)
         reporting = {"prompt_format": f"chat template {self.chat.name}: user turn = the question" if self.chat else plain,
                      "shots": c.shots, "seed": c.seed, "decoding": params.describe(), "samples_per_item": c.samples,
-                     "answer_extraction": f"{c.extract}, else last_number; numbers canonicalized",
+                     "answer_extraction": f"{extract}, else last_number; numbers canonicalized",
                      "truncated_generations": truncated}
         return {"kind": spec.kind, "file": spec.path, "n": len(items), "metrics": metrics, "reporting": reporting}, samples
 

@@ -65,6 +65,11 @@ def gen_stop(kind: str) -> tuple[str, ...]:
     return registry.family_for_kind(kind).stop
 
 
+def gen_extract(kind: str) -> str:
+    """The answer extraction rule that fits this kind's answers (`####` for GSM8K, `\\boxed{}` for MATH)."""
+    return registry.family_for_kind(kind).extract
+
+
 def prompt_format(kind: str) -> str:
     """The plain prompt format of a generative kind, as the eval report writes it."""
     return registry.family_for_kind(kind).prompt_format
