@@ -64,3 +64,53 @@ def test_json_summary_and_stream_inspect(tmp_path):
 def test_stdin_that_is_not_a_stream_is_a_usage_error():
     p = llmctl("head", "-n", "1", "-", "-o", "-", input=b"hello, not arrow")
     assert p.returncode == 2 and "not an Arrow IPC stream" in p.stderr.decode()
+
+
+# The command line's own wiring: run-control flags declared once, eval's default preset.
+
+RUN_CONTROL = ["--workers", "--shard-index", "--num-shards", "--overwrite", "--strict", "--executor", "--ray-address", "--cpus-per-task", "--memory-per-task"]
+
+
+def _command(*path):
+    import typer
+
+    from llmctl.cli import app
+
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    return cmd
+
+
+def test_run_control_flags_are_the_same_on_every_stage():
+    stages = {("crawl-extract",): RUN_CONTROL, ("filter", "run"): RUN_CONTROL, ("decontam",): RUN_CONTROL,
+              ("dedup",): [f for f in RUN_CONTROL if f not in ("--shard-index", "--num-shards")],
+              ("tokenize", "run"): [f for f in RUN_CONTROL if f != "--strict"]}
+    seen = {}
+    for path, expected in stages.items():
+        params = [p for p in _command(*path).params if p.opts[0] in RUN_CONTROL]
+        assert [p.opts[0] for p in params] == expected, path
+        for p in params:  # same help and default wherever a flag appears
+            assert seen.setdefault(p.opts[0], (p.help, p.default)) == (p.help, p.default), (path, p.opts)
+
+
+def test_run_control_errors_are_usage_errors(tmp_path):
+    src = make_docs(tmp_path)
+    for args, message in ((["--shard-index", "2", "--num-shards", "2"], "--shard-index 2 must be below --num-shards 2"),
+                          (["--executor", "spark"], "--executor must be one of local, ray, not 'spark'"),
+                          (["--memory-per-task", "4G"], "--memory-per-task needs --executor ray")):
+        p = llmctl("decontam", src, "--against", src, "-o", tmp_path / "o", *args)
+        err = p.stderr.decode()
+        assert p.returncode == 2 and err.strip() == f"llmctl: error: {message}", err
+
+
+def test_eval_default_preset_is_the_flag_defaults():
+    import tomllib
+
+    from conftest import ROOT
+
+    preset = tomllib.loads((ROOT / "stages" / "eval" / "default.toml").read_text())
+    flags = {p.name: p.default for p in _command("eval", "run").params}
+    flags["pass_k"] = flags["pass_k"] or [1]  # no --pass-k: pass@1
+    assert preset == {k: flags[k] for k in preset}
+    assert set(flags) - set(preset) == {"checkpoint", "output", "task", "config", "limit", "overwrite", "quiet", "json_"}

@@ -29,6 +29,14 @@ def stages_dirs() -> list[Path]:
     return dirs
 
 
+def preset(stage: str, given: str | None, fallback: str = "default") -> str | None:
+    """The config a stage runs with: --config when given, else its shipped `fallback` preset
+    when one can be found, else None (the dataclass defaults)."""
+    if given:
+        return given
+    return fallback if any((d / stage / f"{fallback}.toml").is_file() for d in stages_dirs()) else None
+
+
 def find_config(stage: str, name_or_path: str) -> Path:
     p = Path(name_or_path)
     if p.suffix == ".toml" or os.sep in name_or_path:
@@ -81,8 +89,9 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
 
 def build_config(cls: type[C], stage: str, config: str | None = None, overrides: dict | None = None,
                  table: str | None = None) -> C:
-    """defaults < TOML file < overrides (None values in overrides mean 'flag not given').
-    `table` reads one table of the file (train configs hold [model] and [train])."""
+    """defaults < TOML file < overrides, the one way every command builds its config. A None
+    in `overrides` means 'flag not given'; `config` is a name under stages/<stage>/ or a path
+    (see `preset`); `table` reads one table of the file (train configs hold [model] and [train])."""
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}

@@ -1,0 +1,148 @@
+"""The docs commands: `cat`, `head`, `crawl-extract` and `dedup`. Each parses its flags, builds
+its config (docs/design.md §3), calls one stage function and renders the summary."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from llmctl.cli import render
+from llmctl.cli.options import Config, DocsIn, Json, Out, Overwrite, Quiet, RunFlags, flags, run_control
+from llmctl.console import ConsoleProgress
+
+app = typer.Typer()
+
+
+@app.command()
+def cat(
+    inputs: DocsIn,
+    output: Out = ...,
+    rows_per_part: Annotated[int, typer.Option(help="Rows per output Parquet part.")] = 1_000_000,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Concatenate docs into one artifact or stream (columns are unioned, missing ones null)."""
+    from llmctl.config import build_config
+    from llmctl.data.cat import CatConfig, run_cat
+
+    quiet, as_json = flags(quiet, json_)
+    cfg = build_config(CatConfig, "cat", None, {"rows_per_part": rows_per_part, "overwrite": overwrite})
+    m = run_cat(inputs, output, cfg, ConsoleProgress(quiet))
+    render.report(m, output, quiet, as_json)
+
+
+@app.command()
+def head(
+    input: Annotated[str, typer.Argument(help="Docs input (artifact, Parquet/JSONL, or '-').")],
+    n: Annotated[int, typer.Option("-n", "--lines", help="Number of documents to keep.")] = 10,
+    output: Out = ...,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """The first N documents of INPUT, as an artifact or stream (stops reading early)."""
+    from llmctl.config import build_config
+    from llmctl.data.cat import CatConfig, run_cat
+
+    quiet, as_json = flags(quiet, json_)
+    cfg = build_config(CatConfig, "head", None, {"limit": n, "overwrite": overwrite})
+    m = run_cat([input], output, cfg, ConsoleProgress(quiet))
+    render.report(m, output, quiet, as_json)
+
+
+@app.command("crawl-extract")
+@run_control()
+def crawl_extract(
+    inputs: Annotated[list[str], typer.Argument(help="WARC/ARC files (.warc, .warc.gz), globs, directories, or @paths.txt (one path a line, like warc.paths).")],
+    output: Out = ...,
+    config: Config = None,
+    fast: Annotated[Optional[bool], typer.Option("--fast/--precise", help="trafilatura fast mode instead of the FineWeb settings (favour precision).")] = None,
+    languages: Annotated[Optional[str], typer.Option("--languages", "-l", help="Keep only these languages, comma-separated (e.g. en,de). Default: keep all, score only.")] = None,
+    lang_threshold: Annotated[Optional[float], typer.Option("--lang-threshold", help="Minimum lid.176 probability of the top language (FineWeb: 0.65).")] = None,
+    langid_model: Annotated[Optional[str], typer.Option("--langid-model", help="fastText language-ID model (lid.176.bin or .ftz).")] = None,
+    max_bytes: Annotated[Optional[int], typer.Option("--max-bytes", min=1, help="Skip HTTP payloads larger than this (too_large).")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Seconds allowed per page; slower pages are skipped as timeout (0: no limit).")] = None,
+    blocklist: Annotated[Optional[list[str]], typer.Option("--blocklist", help="Domain blocklist file (one domain a line); repeatable; replaces the config's.")] = None,
+    banned_words: Annotated[Optional[list[str]], typer.Option("--banned-words", help="File of words banned in URLs; repeatable; replaces the config's.")] = None,
+    keep_rejected: Annotated[Optional[bool], typer.Option("--keep-rejected", help="Write documents rejected by language to OUT/rejected/ with a reason column.")] = None,
+    *,
+    run: RunFlags,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Turn Common Crawl WARC files into documents (trafilatura text, lid.176 language).
+
+    Selects HTML 200 responses, filters URLs, extracts the main text with trafilatura and
+    identifies the language with fastText lid.176. Every skipped record is counted by reason in
+    the manifest and the summary."""
+    from llmctl.config import build_config, preset
+    from llmctl.data.extract import STAGE, ExtractConfig, run_crawl_extract
+
+    quiet, as_json = flags(quiet, json_)
+    cfg = build_config(
+        ExtractConfig,
+        STAGE,
+        preset(STAGE, config),
+        {
+            "fast": fast,
+            "languages": languages,
+            "lang_threshold": lang_threshold,
+            "langid_model": langid_model,
+            "max_bytes": max_bytes,
+            "timeout": timeout,
+            "blocklist_files": blocklist,
+            "banned_words_files": banned_words,
+            "keep_rejected": keep_rejected,
+        },
+    )
+    m = run_crawl_extract(inputs, output, cfg, run.options(), ConsoleProgress(quiet))
+    render.report(m, output, quiet, as_json)
+
+
+@app.command()
+@run_control(omit=("shard_index", "num_shards"))  # dedup needs the whole corpus at once
+def dedup(
+    inputs: DocsIn,
+    output: Out = ...,
+    config: Config = None,
+    url: Annotated[Optional[bool], typer.Option("--url", help="Exact URL dedup after normalization (host case, port, fragment, tracking parameters).")] = None,
+    exact: Annotated[Optional[bool], typer.Option("--exact", help="Exact dedup on a hash of the normalized text.")] = None,
+    lines: Annotated[Optional[bool], typer.Option("--lines", help="Drop lines seen more than --max-line-count times across the corpus (Llama 3).")] = None,
+    minhash: Annotated[Optional[bool], typer.Option("--minhash", help="MinHash LSH near-duplicate dedup on word n-grams.")] = None,
+    ngram: Annotated[Optional[int], typer.Option("--ngram", min=1, help="Words per shingle (default 5).")] = None,
+    bands: Annotated[Optional[int], typer.Option("--bands", min=1, help="LSH bands (default 14; FineWeb 14 x 8).")] = None,
+    rows: Annotated[Optional[int], typer.Option("--rows", min=1, help="Rows per band (default 8).")] = None,
+    max_line_count: Annotated[Optional[int], typer.Option("--max-line-count", min=1, help="With --lines: keep a line seen at most this many times (default 6).")] = None,
+    keep: Annotated[Optional[str], typer.Option("--keep", help="Survivor of a cluster: first | earliest (by date) | max:COLUMN (e.g. max:quality_score).")] = None,
+    partitions: Annotated[Optional[int], typer.Option("--partitions", min=1, help="Split each key family into this many hash partitions (less memory per task).")] = None,
+    keep_rejected: Annotated[Optional[bool], typer.Option("--keep-rejected", help="Write removed rows to OUT/rejected/ with reason and dup_of (the survivor's id).")] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Write the S-curve and cluster-size PNGs into this directory.")] = None,
+    keep_work: Annotated[Optional[bool], typer.Option("--keep-work", help="Keep OUT/_work (signatures, pairs, clusters) after success.")] = None,
+    *,
+    run: RunFlags,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Remove duplicates: URL, exact text, frequent lines, MinHash near-duplicates.
+
+    Kept rows get dup_cluster_id (the survivor's id) and dup_cluster_size."""
+    from llmctl.config import build_config
+    from llmctl.data.dedup.run import STAGE, DedupConfig, run_dedup
+
+    quiet, as_json = flags(quiet, json_)
+    cfg = build_config(
+        DedupConfig,
+        STAGE,
+        config,
+        {"url": url, "exact": exact, "lines": lines, "minhash": minhash, "ngram": ngram, "bands": bands, "rows": rows, "max_line_count": max_line_count, "keep": keep, "partitions": partitions, "keep_rejected": keep_rejected, "keep_work": keep_work},
+    )
+    m = run_dedup(inputs, output, cfg, run.options(), ConsoleProgress(quiet))
+    render.report(m, output, quiet, as_json, hide=("s_curve", "clusters"), rate_key="in")
+    if plot:
+        from llmctl.data.dedup.plots import write_plots
+
+        write_plots(m.counts, cfg.bands, cfg.rows, plot)
+    if not as_json and not quiet:
+        render.dedup_tables(m.counts)

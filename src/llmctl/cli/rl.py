@@ -1,0 +1,66 @@
+"""`llmctl rl`: GRPO-family reinforcement learning on verifiable rewards, with a live step line."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from llmctl.cli import render
+from llmctl.cli.options import Config, Json, Overwrite, Quiet, flags
+
+app = typer.Typer()
+
+
+@app.command()
+def rl(
+    checkpoint: Annotated[str, typer.Argument(help="Starting checkpoint (an SFT model, a run dir, or an imported HF model).")],
+    prompts: Annotated[str, typer.Option("--prompts", help="Prompts with checkable answers: {prompt, answer} JSONL/Parquet or GSM8K native.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Run directory: config.json, metrics.jsonl, rollouts/, checkpoints/.")],
+    config: Config = "arith",
+    eval_prompts: Annotated[Optional[str], typer.Option("--eval", help="Held-out prompts: greedy accuracy with its interval every --eval-every steps.")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Optimizer steps.")] = None,
+    group_size: Annotated[Optional[int], typer.Option("--group-size", "-G", help="Samples per prompt.")] = None,
+    prompts_per_step: Annotated[Optional[int], typer.Option("--prompts-per-step", help="Groups per step.")] = None,
+    max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Completion budget; longer samples are truncated.")] = None,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature (the loss uses the same).")] = None,
+    top_p: Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling mass for rollouts.")] = None,
+    format_reward: Annotated[Optional[float], typer.Option("--format-reward", help="Added when the answer has the expected form ('#### n', \\boxed{}).")] = None,
+    lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate (the peak of --schedule).")] = None,
+    warmup_steps: Annotated[Optional[int], typer.Option("--warmup-steps", help="Steps of linear warmup from 0 to --lr.")] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", help="Rate after warmup: constant, linear (to 0) or cosine (to 10%).")] = None,
+    adv_std: Annotated[Optional[str], typer.Option("--adv-std", help="Advantage scale: group (GRPO), group-bessel (verl), batch, none (Dr. GRPO).")] = None,
+    clip_low: Annotated[Optional[float], typer.Option("--clip-low", help="ε_low of the ratio clip.")] = None,
+    clip_high: Annotated[Optional[float], typer.Option("--clip-high", help="ε_high (DAPO clip-higher: 0.28).")] = None,
+    loss_agg: Annotated[Optional[str], typer.Option("--loss-agg", help="seq-mean-token-mean (GRPO), token-mean (DAPO), seq-sum-const (Dr. GRPO).")] = None,
+    kl: Annotated[Optional[str], typer.Option("--kl", help="KL to the frozen start model: none, k2, k3.")] = None,
+    kl_coef: Annotated[Optional[float], typer.Option("--kl-coef", help="Weight of the KL term.")] = None,
+    epochs: Annotated[Optional[int], typer.Option("--epochs", help="μ: optimizer passes over each batch (old log-probs kept).")] = None,
+    dynamic_sampling: Annotated[Optional[bool], typer.Option("--dynamic-sampling/--no-dynamic-sampling", help="Drop groups whose rewards are all equal and draw more prompts.")] = None,
+    truncated: Annotated[Optional[str], typer.Option("--truncated", help="Samples cut at --max-new-tokens: mask (out of the loss) or zero (reward 0).")] = None,
+    verifier: Annotated[Optional[str], typer.Option("--verifier", help="math, exact, regex or python.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Prompt order and sampling seed.")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint.")] = False,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """GRPO (and Dr. GRPO / DAPO variants) on verifiable rewards, with the shared generation engine;
+    under torchrun each rank samples its slice of every step's prompts and gradients are summed."""
+    from llmctl.config import build_config
+    from llmctl.rl.trainer import RLConfig, run_rl
+
+    quiet, as_json = flags(quiet, json_)
+    overrides = dict(steps=steps, group_size=group_size, prompts_per_step=prompts_per_step, max_new_tokens=max_new_tokens, lr=lr,
+                     warmup_steps=warmup_steps, schedule=schedule, temperature=temperature, top_p=top_p, format_reward=format_reward,
+                     adv_std=adv_std, clip_low=clip_low, clip_high=clip_high, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
+                     epochs=epochs, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, seed=seed, device=device)
+    cfg = build_config(RLConfig, "rl", config, overrides)
+    m = run_rl(checkpoint, prompts, Path(output), cfg, eval_file=eval_prompts, resume=resume, overwrite=overwrite,
+               on_step=lambda rec: None if quiet else render.rl_step(rec, cfg.steps),
+               on_log=lambda msg: None if quiet else render.plain(msg))
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: one summary, rank 0's
+        render.report(m, output, quiet, as_json, rate_key="steps")

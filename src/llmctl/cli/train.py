@@ -1,0 +1,127 @@
+"""`llmctl train` (pretraining, and SFT with --sft), `export` / `import` to and from Hugging
+Face, and `plot` of a run's curves."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from llmctl.cli import render
+from llmctl.cli.options import Json, Overwrite, Quiet, flags
+from llmctl.errors import UsageError
+
+app = typer.Typer()
+
+
+@app.command()
+def train(
+    tokens: Annotated[Optional[str], typer.Argument(help="Tokens artifact to train on (`llmctl tokenize` output); omitted with --sft.")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="Run directory: config.json, metrics.jsonl, checkpoints/.")] = "",
+    config: Annotated[Optional[str], typer.Option("--config", "-c", help="Preset under stages/train/ (tiny, small, gpt2-124m, fineweb-0.5b) or a .toml with model and train tables.")] = "tiny",
+    sft: Annotated[Optional[str], typer.Option("--sft", help="Supervised fine-tuning on conversations (JSONL/Parquet: messages, GSM8K question/answer, or prompt/answer): loss on assistant tokens only, packed rows.")] = None,
+    init: Annotated[Optional[str], typer.Option("--init", help="With --sft: start from this checkpoint (its architecture and tokenizer).")] = None,
+    tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="With --sft and no --init: tokenizer.json of the fresh model (needs the chat tokens).")] = None,
+    val_fraction: Annotated[float, typer.Option("--val-fraction", help="With --sft: share of conversations held out for validation loss (seeded).")] = 0.0,
+    val: Annotated[Optional[str], typer.Option("--val", help="Held-out tokens artifact for validation loss and bits per byte.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint (same batches, same losses).")] = False,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Length of the run in tokens; the schedule spans it.")] = None,
+    max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Stop after this many steps (schedule unchanged).")] = None,
+    lr: Annotated[Optional[float], typer.Option("--lr", help="Peak learning rate.")] = None,
+    batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Global batch in tokens (all ranks).")] = None,
+    micro_batch: Annotated[Optional[int], typer.Option("--micro-batch", help="Sequences per forward pass; gradient accumulation makes up the rest.")] = None,
+    seq_len: Annotated[Optional[int], typer.Option("--seq-len", help="Tokens per training sequence.")] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", help="wsd (warmup-stable-decay), cosine (to 10%), or linear (to zero).")] = None,
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="float32, or bfloat16 autocast with fp32 master weights.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Initial weights and data order.")] = None,
+    eval_every: Annotated[Optional[int], typer.Option("--eval-every", help="Steps between validation passes.")] = None,
+    checkpoint_every: Annotated[Optional[int], typer.Option("--checkpoint-every", help="Steps between checkpoints (one is always written at the end and on SIGTERM/SIGINT).")] = None,
+    compile_: Annotated[Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile the model.")] = None,
+    fsdp: Annotated[Optional[bool], typer.Option("--fsdp/--no-fsdp", help="Shard parameters with FSDP2 (under torchrun).")] = None,
+    peak_flops: Annotated[Optional[float], typer.Option("--peak-flops", help="Dense peak FLOP/s of one device for MFU (default: GPU table, or a matmul benchmark on CPU).")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda.")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="Torch CPU threads.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any preset key: model.n_layers=8, train.z_loss=1e-4 (repeatable).")] = None,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Pretrain the Llama-style decoder on token shards, or fine-tune it on conversations with --sft;
+    under torchrun the same command runs DDP."""
+    from llmctl.train.trainer import load_run_config, run_train
+
+    if not output:
+        raise UsageError("train: missing option --output/-o")
+    if (tokens is None) == (sft is None):
+        raise UsageError("train: give a tokens artifact, or --sft CHATS (not both)")
+    if sft is None and (init or tokenizer or val_fraction):
+        raise UsageError("train: --init, --tokenizer and --val-fraction go with --sft")
+    if init and any(x.strip().startswith("model.") for x in set_ or []):
+        raise UsageError("train: --init fixes the architecture; --set model.* cannot change it")
+
+    quiet, as_json = flags(quiet, json_)
+    overrides = dict(max_tokens=max_tokens, max_steps=max_steps, lr=lr, batch_tokens=batch_tokens, micro_batch=micro_batch,
+                    seq_len=seq_len, schedule=schedule, dtype=dtype, seed=seed, eval_every=eval_every,
+                    checkpoint_every=checkpoint_every, compile=compile_, fsdp=fsdp, peak_flops=peak_flops,
+                    device=device, threads=threads)
+    # train presets hold [model] and [train] tables; load_run_config applies build_config to each
+    model_cfg, cfg = load_run_config(config, overrides, set_ or [])
+    rank0 = int(os.environ.get("RANK", "0")) == 0  # under torchrun: one status, one summary
+    status = render.TrainStatus(quiet or not rank0)
+    try:
+        kw = dict(val=Path(val) if val else None, resume=resume, overwrite=overwrite, on_step=status.step, on_log=status.log)
+        if sft is not None:
+            from llmctl.train.sft import run_sft
+
+            m = run_sft(Path(sft), Path(output), model_cfg, cfg, init=Path(init) if init else None,
+                        tokenizer=Path(tokenizer) if tokenizer else None, val_fraction=val_fraction, **kw)
+        else:
+            m = run_train(Path(tokens), Path(output), model_cfg, cfg, **kw)
+    finally:
+        status.finish()
+    if rank0:
+        render.report(m, output, quiet, as_json, rate_key="tokens")
+
+
+@app.command()
+def export(
+    checkpoint: Annotated[str, typer.Argument(help="A checkpoint: step dir, checkpoints/ dir or run dir (its latest).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Directory for the Hugging Face model.")],
+    quiet: Quiet = False,
+) -> None:
+    """Write a Hugging Face LlamaForCausalLM directory (config.json, model.safetensors, tokenizer)."""
+    from llmctl.model.export import export_hf
+
+    out = export_hf(checkpoint, Path(output))
+    if not flags(quiet, False)[0]:
+        render.plain(f"exported to {out} (load with transformers.AutoModelForCausalLM.from_pretrained)")
+
+
+@app.command("import")
+def import_cmd(
+    hf_dir: Annotated[str, typer.Argument(help="A Hugging Face LlamaForCausalLM directory: config.json, model.safetensors (or sharded with its index), tokenizer.json.")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Checkpoint directory (step-000000/ and latest); eval, generate, rl and train --init read it.")],
+    quiet: Quiet = False,
+) -> None:
+    """Bring in a released Llama-architecture model as an llmctl checkpoint (the inverse of export)."""
+    from llmctl.model.export import import_hf
+
+    path = import_hf(hf_dir, Path(output))
+    if not flags(quiet, False)[0]:
+        render.plain(f"imported to {path}")
+
+
+@app.command()
+def plot(
+    run: Annotated[str, typer.Argument(help="A run directory (or its metrics.jsonl).")],
+    output: Annotated[str, typer.Option("--output", "-o", help="Directory for the PNG files.")],
+    quiet: Quiet = False,
+) -> None:
+    """PNG curves of a run: train/val loss, bits per byte, lr, gradient norm, tokens/s; for an rl run, reward, accuracy (held-out with intervals), entropy, length."""
+    from llmctl.train.plots import plot_run
+
+    written = plot_run(Path(run), Path(output))
+    if not flags(quiet, False)[0]:
+        render.plain("wrote " + ", ".join(str(p) for p in written), soft_wrap=True)
