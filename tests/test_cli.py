@@ -113,4 +113,4 @@ def test_eval_default_preset_is_the_flag_defaults():
     flags = {p.name: p.default for p in _command("eval", "run").params}
     flags["pass_k"] = flags["pass_k"] or [1]  # no --pass-k: pass@1
     assert preset == {k: flags[k] for k in preset}
-    assert set(flags) - set(preset) == {"checkpoint", "output", "task", "config", "limit", "overwrite", "quiet", "json_"}
+    assert set(flags) - set(preset) == {"checkpoint", "output", "task", "config", "limit", "extract", "overwrite", "quiet", "json_"}  # no --extract: each family's rule

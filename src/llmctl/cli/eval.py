@@ -12,6 +12,7 @@ import typer
 from llmctl.cli import render
 from llmctl.cli.options import Config, DefaultCommandGroup, Json, Overwrite, Quiet, flags, typed
 from llmctl.console import ConsoleProgress, print_json
+from llmctl.eval.tasks import kinds
 
 app = typer.Typer()  # generate
 eval_app = typer.Typer(
@@ -30,7 +31,7 @@ def eval_run(
     ctx: typer.Context,
     checkpoint: Annotated[str, typer.Argument(help="Checkpoint: a step dir, or a run dir (its latest).")],
     output: Annotated[str, typer.Option("--output", "-o", help="Results directory: results.json, samples.parquet, manifest.json.")],
-    task: Annotated[list[str], typer.Option("--task", "-t", help="KIND:PATH; KIND is loss (tokens artifact), mc ({context, choices, label}), hellaswag, arc, piqa, winogrande, mmlu (native files), gsm8k, or gen ({prompt, answer}). Repeatable.")],
+    task: Annotated[list[str], typer.Option("--task", "-t", help=f"KIND:PATH; KIND is loss (a tokens artifact) or a task family's kind: {', '.join(k for k in kinds() if k != 'loss')} (native files; mc is {{context, choices, label}}, gen is {{prompt, answer}}). Repeatable.")],
     config: Config = None,
     shots: Annotated[int, typer.Option("--shots", help="Solved examples before each item, drawn with --seed from the same file (never the item).")] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Few-shot draw and sampling seed.")] = 0,
@@ -42,7 +43,7 @@ def eval_run(
     top_k: Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")] = 0,
     top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (1 = off).")] = 1.0,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Generation budget per answer; answers that hit it are counted as truncated.")] = 256,
-    extract: Annotated[str, typer.Option("--extract", help="Answer extraction: after_hash (GSM8K '####'), last_number, boxed.")] = "after_hash",
+    extract: Annotated[Optional[str], typer.Option("--extract", help="Answer extraction: after_hash (GSM8K '####'), last_number, boxed. Default: the task family's rule (boxed for math, after_hash otherwise).")] = None,
     pass_k: Annotated[Optional[list[int]], typer.Option("--pass-k", help="Report unbiased pass@k (k ≤ --samples). Repeatable.")] = None,
     batch_tokens: Annotated[int, typer.Option("--batch-tokens", help="Tokens per scoring forward pass.")] = 4096,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",

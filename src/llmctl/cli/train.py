@@ -50,7 +50,8 @@ def train(
 ) -> None:
     """Pretrain the Llama-style decoder on token shards, or fine-tune it on conversations with --sft;
     under torchrun the same command runs DDP."""
-    from llmctl.train.trainer import load_run_config, run_train
+    from llmctl.train.config import load_run_config
+    from llmctl.train.trainer import run_train
 
     if not output:
         raise UsageError("train: missing option --output/-o")

@@ -39,7 +39,7 @@ from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.split import auto_chunk, byte_ranges
-from llmctl.runtime.options import RunOptions
+from llmctl.runtime.options import RunOptions, executor_scope
 from llmctl.runtime.sharded import run_sharded
 
 STAGE = "crawl-extract"
@@ -344,29 +344,30 @@ class _ShardFn:
 
 def run_crawl_extract(inputs: list[str], out: str, cfg: ExtractConfig, opts: RunOptions | None = None, progress: Progress | None = None, stdout=None) -> Manifest:
     opts = opts or RunOptions()
-    # absolute paths, so warc_path leads back to the record from wherever the docs are read
-    paths = [p if "://" in p else str(Path(p).resolve()) for p in expand_inputs(inputs)]
-    if cfg.lang_threshold < 0 or cfg.lang_threshold > 1:
-        raise UsageError("--lang-threshold must be between 0 and 1")
-    model_path = langid.find_model(cfg.langid_model)
-    langid.load(model_path)  # load before forking so workers share the pages, and fail early
-    warm_up()
-    UrlFilter.from_files(cfg.blocklist_files, cfg.banned_words_files)  # an unreadable list fails here, once
-    try:
-        tasks = plan_tasks(paths)
-    except OSError as e:
-        raise UsageError(f"cannot read input: {e}") from e
-    return run_sharded(
-        stage=STAGE,
-        kind="docs",
-        out=out,
-        tasks=tasks,
-        fn=_ShardFn(cfg),
-        config=asdict(cfg),
-        inputs=[input_ref(p) if "://" not in p else {"path": p, "kind": "url"} for p in paths],
-        opts=opts,
-        progress=progress,
-        stdout=stdout,
-        schema=SCHEMA,
-        unit="bytes",  # task weights are byte ranges of the input
-    )
+    with executor_scope(opts):  # one scope, opened before OUT is touched
+        # absolute paths, so warc_path leads back to the record from wherever the docs are read
+        paths = [p if "://" in p else str(Path(p).resolve()) for p in expand_inputs(inputs)]
+        if cfg.lang_threshold < 0 or cfg.lang_threshold > 1:
+            raise UsageError("--lang-threshold must be between 0 and 1")
+        model_path = langid.find_model(cfg.langid_model)
+        langid.load(model_path)  # load before forking so workers share the pages, and fail early
+        warm_up()
+        UrlFilter.from_files(cfg.blocklist_files, cfg.banned_words_files)  # an unreadable list fails here, once
+        try:
+            tasks = plan_tasks(paths)
+        except OSError as e:
+            raise UsageError(f"cannot read input: {e}") from e
+        return run_sharded(
+            stage=STAGE,
+            kind="docs",
+            out=out,
+            tasks=tasks,
+            fn=_ShardFn(cfg),
+            config=asdict(cfg),
+            inputs=[input_ref(p) if "://" not in p else {"path": p, "kind": "url"} for p in paths],
+            opts=opts,
+            progress=progress,
+            stdout=stdout,
+            schema=SCHEMA,
+            unit="bytes",  # task weights are byte ranges of the input
+        )

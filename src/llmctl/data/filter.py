@@ -28,7 +28,7 @@ from llmctl.data.filters import STEPS, Doc, Step, all_stats, build_step, first_f
 from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
-from llmctl.runtime.options import RunOptions
+from llmctl.runtime.options import RunOptions, executor_scope
 from llmctl.runtime.sharded import run_sharded
 
 STAGE = "filter"
@@ -238,28 +238,29 @@ def _texts_reaching(before: list[Step], labels: list[str], sources: list[DocsSou
 
 def run_filter(inputs: list[str], out: str, cfg: FilterConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
     opts = opts or RunOptions()
-    steps = build_steps(cfg)
-    with tempfile.TemporaryDirectory(prefix="llmctl-filter-in-") as spool:
-        sources = spool_stdin(spool) if inputs == [STDIO] else resolve_docs_inputs(inputs)
-        labels = step_labels(cfg.steps)
-        for k, step in enumerate(steps):
-            if step.needs_prepare:  # corpus-wide figures (a top-fraction threshold) before any shard
-                step.prepare(_texts_reaching(steps[:k], labels[:k], sources))
-        tasks = [Task(i, part_name(i, ""), asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
-        config = asdict(cfg)
-        config["step_labels"] = step_labels(cfg.steps)
-        return run_sharded(
-            stage=STAGE,
-            kind="docs",
-            out=out,
-            tasks=tasks,
-            fn=_ShardFn(cfg, steps),
-            config=config,
-            inputs=[input_ref(p) for p in inputs],
-            opts=opts,
-            progress=progress,
-            unit="docs",
-        )
+    with executor_scope(opts):  # one scope, opened before OUT is touched
+        steps = build_steps(cfg)
+        with tempfile.TemporaryDirectory(prefix="llmctl-filter-in-") as spool:
+            sources = spool_stdin(spool) if inputs == [STDIO] else resolve_docs_inputs(inputs)
+            labels = step_labels(cfg.steps)
+            for k, step in enumerate(steps):
+                if step.needs_prepare:  # corpus-wide figures (a top-fraction threshold) before any shard
+                    step.prepare(_texts_reaching(steps[:k], labels[:k], sources))
+            tasks = [Task(i, part_name(i, ""), asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
+            config = asdict(cfg)
+            config["step_labels"] = step_labels(cfg.steps)
+            return run_sharded(
+                stage=STAGE,
+                kind="docs",
+                out=out,
+                tasks=tasks,
+                fn=_ShardFn(cfg, steps),
+                config=config,
+                inputs=[input_ref(p) for p in inputs],
+                opts=opts,
+                progress=progress,
+                unit="docs",
+            )
 
 
 def funnel_rows(manifest: Manifest) -> list[dict]:

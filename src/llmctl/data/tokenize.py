@@ -137,32 +137,33 @@ class _Encode:
 def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
     # imported here, not at the top: `tokenize train` needs no process pool and starts faster
     from llmctl.runtime.executor import Task, default_workers
-    from llmctl.runtime.options import RunOptions
+    from llmctl.runtime.options import RunOptions, executor_scope
     from llmctl.runtime.sharded import run_sharded
 
     cfg.check()
     opts = opts or RunOptions()
-    if out == STDIO:
-        raise UsageError("token shards are written to a directory, not to '-'")
-    sources = resolve_docs_inputs(inputs)
-    tasks = [Task(i, f"tokens-{i:05d}", asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
-    workers = opts.workers or default_workers()
-    # fewer shards than workers still use every core: tiktoken's threads work inside a shard
-    threads = max(1, workers // max(1, min(workers, len(tasks))))
-    # built once here, before the workers fork, so that they inherit it instead of each loading it
-    enc = bpe.encoder(cfg.tokenizer, threads)
-    meta, tok_path = enc.info, Path(enc.info.path)
-    if meta.eos_id is None:
-        raise UsageError(f"{tok_path} has no end-of-text special token to separate documents")
-    config = asdict(cfg)
-    config.update(tokenizer=str(tok_path.resolve()), dtype=token_dtype(meta.vocab_size).str, vocab_size=meta.vocab_size, eos_id=meta.eos_id, special=meta.special, encoder="tiktoken" if enc.fast is not None else "tokenizers")
-    m = run_sharded(stage=STAGE, kind="tokens", out=out, tasks=tasks, fn=_Encode(cfg, cfg.tokenizer, threads), config=config, inputs=[input_ref(p) for p in inputs] + [input_ref(str(tok_path))], opts=opts, progress=progress, unit="docs")
-    if (Path(out) / "manifest.json").exists():
-        shutil.copyfile(tok_path, Path(out) / "tokenizer.json")  # the artifact carries its tokenizer
-        c = m.counts
-        c["tokens_per_byte"] = round(c["tokens"] / c["bytes"], 6) if c.get("bytes") else None
-        write_manifest(out, m)
-    return m
+    with executor_scope(opts):  # one scope, opened before OUT is touched
+        if out == STDIO:
+            raise UsageError("token shards are written to a directory, not to '-'")
+        sources = resolve_docs_inputs(inputs)
+        tasks = [Task(i, f"tokens-{i:05d}", asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
+        workers = opts.workers or default_workers()
+        # fewer shards than workers still use every core: tiktoken's threads work inside a shard
+        threads = max(1, workers // max(1, min(workers, len(tasks))))
+        # built once here, before the workers fork, so that they inherit it instead of each loading it
+        enc = bpe.encoder(cfg.tokenizer, threads)
+        meta, tok_path = enc.info, Path(enc.info.path)
+        if meta.eos_id is None:
+            raise UsageError(f"{tok_path} has no end-of-text special token to separate documents")
+        config = asdict(cfg)
+        config.update(tokenizer=str(tok_path.resolve()), dtype=token_dtype(meta.vocab_size).str, vocab_size=meta.vocab_size, eos_id=meta.eos_id, special=meta.special, encoder="tiktoken" if enc.fast is not None else "tokenizers")
+        m = run_sharded(stage=STAGE, kind="tokens", out=out, tasks=tasks, fn=_Encode(cfg, cfg.tokenizer, threads), config=config, inputs=[input_ref(p) for p in inputs] + [input_ref(str(tok_path))], opts=opts, progress=progress, unit="docs")
+        if (Path(out) / "manifest.json").exists():
+            shutil.copyfile(tok_path, Path(out) / "tokenizer.json")  # the artifact carries its tokenizer
+            c = m.counts
+            c["tokens_per_byte"] = round(c["tokens"] / c["bytes"], 6) if c.get("bytes") else None
+            write_manifest(out, m)
+        return m
 
 
 # ---------------------------------------------------------------------------------------------

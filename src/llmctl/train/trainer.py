@@ -42,7 +42,6 @@ from llmctl.torchrt.distributed import Dist
 from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
 from llmctl.torchrt.rundir import RunDir
 from llmctl.train.config import TrainConfig
-from llmctl.train.config import load_run_config, parse_sets  # noqa: F401  (the CLI's import path, until it imports train.config)
 from llmctl.train.mfu import peak_flops
 from llmctl.train.pretrain import PretrainData
 
