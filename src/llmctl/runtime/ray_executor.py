@@ -134,11 +134,7 @@ def ray_session(address: str | None = None, cpus_per_task: float = 1.0, memory_p
     """Connect to Ray (or reuse the connection this process already has) and run the block's
     run_tasks calls on it. `address`: a cluster (HOST:PORT, ray://HOST:10001, auto); default
     $RAY_ADDRESS, else a Ray started on this machine for the block and shut down after it."""
-    ray = import_ray()
-    if cpus_per_task <= 0:
-        raise UsageError("--cpus-per-task must be above 0")
-    if memory_per_task is not None and memory_per_task <= 0:
-        raise UsageError("--memory-per-task must be above 0")
+    ray = import_ray()  # the limits themselves were checked by RunOptions
     connected_here = False
     if not ray.is_initialized():
         target = address or os.environ.get("RAY_ADDRESS") or "local"
