@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from llmctl.artifacts.docs import STDIO, open_docs_inputs
-from llmctl.artifacts.atomic import prepare_new_out
+from llmctl.artifacts.atomic import prepare_new_out, temp_name
 from llmctl.artifacts.manifest import Manifest, input_ref, output_entry, write_manifest
 from llmctl.data.filters.base import Check, Step
 from llmctl.data.filters.doc import Doc
@@ -396,7 +396,7 @@ def train_classifier(
     # SGD sees examples in file order; interleave the classes so neither comes all at the end.
     random.Random(f"{cfg.seed}/order").shuffle(labelled)
     model_file = out_dir / MODEL_FILE
-    tmp_model = out_dir / f".{MODEL_FILE}.tmp-{os.getpid()}"
+    tmp_model = temp_name(model_file)  # renamed into place once the held-out metrics are computed
     with tempfile.TemporaryDirectory(prefix=".train-", dir=out_dir) as tmp:
         train_file = Path(tmp) / "train.txt"
         with open(train_file, "w", encoding="utf-8", errors="replace", newline="\n") as f:
