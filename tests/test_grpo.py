@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from llmctl.rl.grpo import advantages, aggregate, clipped_surrogate, kl_estimate, rloo_advantages
+from llmctl.rl.grpo import advantages, aggregate, clipped_surrogate, kl_estimate, rloo_advantages, sequence_ratio
 
 
 def test_worked_advantages_g8_one_correct():
@@ -17,6 +17,81 @@ def test_worked_advantages_g8_one_correct():
         assert a.sum().item() == pytest.approx(0, abs=1e-6)
     a = rloo_advantages(r)
     assert (round(a[0, 0].item(), 3), round(a[0, 1].item(), 3)) == (1.0, -0.143)
+
+
+def test_rloo_worked_by_hand_with_masked_samples():
+    a = rloo_advantages(torch.tensor([[1.0, 0, 0, 1]]))
+    # A_0 = 1 − (0 + 0 + 1)/3, A_1 = 0 − (1 + 0 + 1)/3
+    assert a[0].tolist() == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
+    # the last sample masked: its reward (99, never read) leaves the baseline, which runs over G_valid = 3
+    r = torch.tensor([[1.0, 0, 1, 99], [1.0, 0, 0, 0], [1.0, 5, 0, 0]])
+    valid = torch.tensor([[True, True, True, False], [True, True, True, True], [False, True, False, False]])
+    a = rloo_advantages(r, valid)
+    assert a[0].tolist() == pytest.approx([1 - 1 / 2, 0 - 2 / 2, 1 - 1 / 2, 0])
+    assert a[1].tolist() == pytest.approx([1, -1 / 3, -1 / 3, -1 / 3])
+    assert a[2].tolist() == [0, 0, 0, 0]  # one valid sample: no one left to be its baseline
+    # filling the masked reward with the group mean (what grpo does) would give A_0 = 1 − (0 + 1 + 2/3)/3 = 4/9
+    assert rloo_advantages(torch.tensor([[1.0, 0, 1, 2 / 3]]))[0, 0].item() == pytest.approx(4 / 9)
+
+
+def test_sequence_ratio_is_the_geometric_mean_over_scored_tokens():
+    old = torch.zeros(2, 3)
+    logp = torch.tensor([[0.1, 0.3, 7.0], [-0.4, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1, 0], [1, 0, 0]])  # the padding's 7.0 must not count
+    assert sequence_ratio(logp, old, mask)[:, 0].tolist() == pytest.approx([math.exp(0.2), math.exp(-0.4)])
+
+
+def test_gspo_gradient_at_ratio_one_is_a_over_length_per_token():
+    """With π_old = π (one pass) the GSPO gradient is A_i·(1/|y_i|)·Σ_t ∇log π(y_t): under
+    seq-mean-token-mean every scored token of response i gets A_i/(|y_i|·n_seqs), as GRPO's would."""
+    mask = torch.tensor([[1.0, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
+    adv = torch.tensor([[1.0], [-2.0], [0.5]])
+    logp = torch.log(torch.tensor([[0.3, 0.5, 0.2, 0.9], [0.1, 0.7, 0.4, 0.4], [0.6, 0.2, 0.2, 0.2]])).requires_grad_()
+    obj, zero, ratio = clipped_surrogate(logp, logp.detach(), adv, 0.2, 0.28, "sequence", mask)
+    assert torch.all(ratio == 1) and not zero.any()
+    aggregate(obj, mask, "seq-mean-token-mean", 3, int(mask.sum()), 4).backward()
+    expect = adv / mask.sum(-1, keepdim=True) / 3 * mask  # A_i/|y_i| over 3 responses, 0 on padding
+    assert torch.allclose(logp.grad, expect)
+    assert logp.grad[0, 0].item() == pytest.approx(1 / 12) and logp.grad[1, 0].item() == pytest.approx(-1 / 3)
+
+
+def test_gspo_token_form_is_the_sequence_objective():
+    """GSPO-token under seq-mean-token-mean has the value and gradient of GSPO's objective
+    (1/N)·Σ_i min(s_i·A_i, clip(s_i)·A_i), clipped responses included."""
+    g = torch.Generator().manual_seed(0)
+    logp = (-torch.rand(6, 5, generator=g) * 3).requires_grad_()
+    old = logp.detach() + 0.8 * torch.randn(6, 5, generator=g)
+    mask = torch.tensor([[1.0] * n + [0.0] * (5 - n) for n in (5, 3, 1, 4, 2, 5)])
+    adv = torch.tensor([1.0, -1, 2, -0.5, -1, 1])[:, None]  # the last two responses get clipped
+    obj, zero, _ = clipped_surrogate(logp, old, adv, 0.2, 0.28, "sequence", mask)
+    token_form = aggregate(obj, mask, "seq-mean-token-mean", 6, int(mask.sum()), 5)
+    (grad_token,) = torch.autograd.grad(token_form, logp)
+    s = sequence_ratio(logp, old, mask)
+    seq_form = torch.minimum(s * adv, s.clamp(0.8, 1.28) * adv).mean()
+    (grad_seq,) = torch.autograd.grad(seq_form, logp)
+    assert token_form.item() == pytest.approx(seq_form.item())
+    assert torch.allclose(grad_token, grad_seq, atol=1e-6)
+    clipped = zero[:, 0]
+    assert clipped.any() and not clipped.all()  # the draw has both kinds
+    assert torch.all(zero == clipped[:, None])  # one verdict per response
+    assert torch.all(grad_token[clipped] == 0) and torch.all(grad_token[~clipped].abs().sum(-1) > 0)
+
+
+def test_sequence_clip_takes_the_whole_response_where_token_clip_takes_one_token():
+    old = torch.log(torch.full((2, 2), 0.1))
+    new = torch.log(torch.tensor([[0.2, 0.1], [0.15, 0.1]])).requires_grad_()  # token ratios (2, 1), (1.5, 1)
+    mask, pos = torch.ones(2, 2), torch.ones(2, 1)
+    _, zero_tok, _ = clipped_surrogate(new, old, pos, 0.2, 0.28)
+    assert zero_tok.tolist() == [[True, False], [True, False]]
+    obj, zero_seq, ratio = clipped_surrogate(new, old, pos, 0.2, 0.28, "sequence", mask)
+    # s = √2 ≈ 1.414 > 1.28: the whole first response is clipped; s = √1.5 ≈ 1.225 keeps the second
+    assert ratio[:, 0].tolist() == pytest.approx([math.sqrt(2), math.sqrt(1.5)])
+    assert zero_seq.tolist() == [[True, True], [False, False]]
+    obj.sum().backward()
+    assert torch.all(new.grad[0] == 0) and torch.all(new.grad[1] != 0)
+    assert float((zero_seq * mask).sum() / mask.sum()) == 0.5  # clip_frac: the share of tokens in clipped responses
+    with pytest.raises(ValueError, match="mask"):
+        clipped_surrogate(new, old, pos, 0.2, 0.28, "sequence")
 
 
 def test_seven_of_eight_correct_and_zero_variance_group():

@@ -1,5 +1,5 @@
 """rl: the GRPO loop end to end on a tiny chat model — logging, rollouts, checkpoints, exact resume,
-held-out accuracy, dynamic sampling."""
+held-out accuracy and the step-0 headroom, dynamic sampling, RLOO and GSPO."""
 
 import json
 import os
@@ -8,9 +8,15 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from conftest import llmctl
 from llmctl.artifacts.checkpoint import load_checkpoint
+from llmctl.config import build_config
+from llmctl.errors import UsageError
+from llmctl.rl.grpo import rloo_advantages
+from llmctl.rl.rewards import make_verifier
+from llmctl.rl.trainer import RLConfig, group_scores, run_rl
 from test_sft import SFT_ARGS, tok  # noqa: F401  (fixtures)
 from test_train import SMALL, tokens  # noqa: F401
 
@@ -87,6 +93,112 @@ def test_rl_usage_errors(sft_model, tmp_path):
     assert p.returncode == 2 and "not found" in p.stderr.decode()
     p = llmctl("rl", sft_model / "sft", "--prompts", sft_model / "sums.jsonl", "-o", tmp_path / "r", "--adv-std", "zz")
     assert p.returncode == 2 and "adv_std" in p.stderr.decode()
+    p = llmctl("rl", sft_model / "sft", "--prompts", sft_model / "sums.jsonl", "-o", tmp_path / "r", "--adv-estimator", "zz")
+    err = p.stderr.decode()
+    assert p.returncode == 2 and err.strip() == "llmctl: error: rl: adv_estimator must be one of grpo, rloo, got 'zz'", err
+    for field, message in (("ratio_level", "rl: ratio_level must be one of token, sequence, got 'zz'"),
+                           ("headroom_limit", "rl: headroom_limit must be >= 0 (0 turns the headroom off), got -1")):
+        with pytest.raises(UsageError) as e:
+            RLConfig(**{field: -1 if field == "headroom_limit" else "zz"}).check()
+        assert str(e.value) == message
+
+
+def test_rl_help_lists_the_estimator_ratio_and_headroom_flags():
+    out = llmctl("rl", "--help", check=True).stdout.decode()
+    for flag in ("--adv-estimator", "--ratio-level", "--headroom-limit"):
+        assert flag in out, flag
+
+
+# -- RLOO, GSPO and the headroom at step 0 ---------------------------------------------------
+
+def test_verifiers_name_the_answer_a_vote_counts():
+    assert make_verifier("math").answer("so 3 + 4 = 7\n#### 1,000") == "1000"
+    assert make_verifier("math", format_reward=0.1).answer("#### 7") == "7"
+    assert make_verifier("exact", ignore_case=True).answer("  Paris ") == "paris"
+    assert [make_verifier(n).extracts_answers for n in ("math", "exact", "regex", "python")] == [True, True, False, False]
+
+
+def test_group_scores_by_hand():
+    # pass@1 = 2/4, some sample right, and the vote ("7", twice) is right
+    assert group_scores([True, False, True, False], ["7", "3", "7", None]) == (0.5, 1.0, 1.0)
+    # one right sample out-voted: pass@4 sees it, maj@4 does not
+    assert group_scores([False, False, True, False], ["3", "3", "7", None]) == (0.25, 1.0, 0.0)
+    # a 2-2 tie goes to the answer that came first; no answer at all never wins
+    assert group_scores([False, True, False, True], ["4", "5", "4", "5"]) == (0.5, 1.0, 0.0)
+    assert group_scores([False, False], [None, None]) == (0.0, 0.0, 0.0)
+    assert group_scores([True, False], None) == (0.5, 1.0, None)
+
+
+def test_rl_rloo_gspo_end_to_end(sft_model, tmp_path):
+    """--adv-estimator rloo writes leave-one-out advantages over each kept group's unmasked samples,
+    --ratio-level sequence trains; the headroom of a verifier with no answers to vote on has no maj@G."""
+    run = tmp_path / "rl"
+    p = llmctl("rl", sft_model / "sft", "--prompts", sft_model / "digits.jsonl", "--verifier", "regex",
+               "--eval", sft_model / "digits.jsonl", "-o", run, *RL_ARGS, "--adv-estimator", "rloo",
+               "--ratio-level", "sequence", "--json", check=True)
+    cfg = json.loads((run / "config.json").read_text())["rl"]
+    assert (cfg["adv_estimator"], cfg["ratio_level"], cfg["headroom_limit"]) == ("rloo", "sequence", 100)
+    recs = records(run)
+    trained = [r for r in recs[1:] if r.get("updates")]
+    assert trained and all(r["grad_norm"] > 0 for r in trained)
+    groups = 0
+    for step in (1, 2):
+        rows = pq.read_table(run / "rollouts" / f"step-{step:06d}.parquet").to_pylist()
+        for i in range(0, len(rows), 4):
+            adv = [r["advantage"] for r in rows[i : i + 4]]
+            if any(adv):  # a kept group
+                rewards = torch.tensor([[r["reward"] for r in rows[i : i + 4]]], dtype=torch.float64)
+                valid = torch.tensor([[not r["masked"] for r in rows[i : i + 4]]])
+                assert adv == pytest.approx(rloo_advantages(rewards, valid)[0].tolist()), (step, i)
+                groups += 1
+    assert groups
+    hr = recs[0]["headroom"]
+    assert set(hr) == {"n", "temperature", "top_p", "greedy", "pass@1", "pass@4"}  # regex: the reference is the pattern
+    assert hr["n"] == 39 and hr["greedy"] == pytest.approx(recs[0]["eval"]["mean"]) and hr["pass@4"] >= hr["pass@1"] > 0
+    err = p.stderr.decode()
+    assert f"at T=0.7, top-p 0.95: greedy {hr['greedy']:.2f}, pass@1 {hr['pass@1']:.2f}, pass@4 {hr['pass@4']:.2f}" in err
+    assert ("warning: RL mostly sharpens" in err) == (hr["pass@4"] - hr["greedy"] < 0.10)
+
+
+def test_rl_headroom_at_step_0(sft_model, tmp_path):
+    """Step 0 logs greedy accuracy next to pass@1, pass@G and maj@G on the same held-out prompts;
+    on answers the model never writes all four are 0 and a warning says RL has little to sharpen;
+    --headroom-limit caps the prompts, 0 turns the headroom off."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({"question": f"What is {a} plus 1?", "answer": "#### 987654321"}) + "\n" for a in range(5)))
+    base = dict(steps=1, prompts_per_step=3, group_size=4, max_new_tokens=24, seed=1, verifier="math", device="cpu")
+
+    def rl(eval_file, limit):
+        logs = []
+        cfg = build_config(RLConfig, "rl", "arith", {**base, "headroom_limit": limit})
+        out = tmp_path / f"{eval_file.stem}-{limit}"
+        m = run_rl(str(sft_model / "sft"), str(sft_model / "sums.jsonl"), out, cfg, eval_file=str(eval_file), on_log=logs.append)
+        return records(out)[0], logs, m.counts
+
+    first, logs, counts = rl(sft_model / "sums.jsonl", 100)
+    hr = first["headroom"]
+    assert set(hr) == {"n", "temperature", "top_p", "greedy", "pass@1", "pass@4", "maj@4"}
+    assert hr["n"] == first["eval"]["n"] == 39 and (hr["temperature"], hr["top_p"]) == (0.7, 0.95)  # the arith preset's
+    assert hr["greedy"] == pytest.approx(first["eval"]["mean"])  # all 39 prompts: the step-0 greedy answers themselves
+    assert all(0 <= hr[k] <= 1 for k in ("greedy", "pass@1", "pass@4", "maj@4"))
+    assert hr["pass@4"] >= hr["pass@1"] and hr["pass@4"] >= hr["maj@4"]  # a right vote is a right sample
+    assert first["headroom_s"] > 0
+    assert logs[1] == (f"step 0: headroom on 39 held-out prompts at T=0.7, top-p 0.95: greedy {hr['greedy']:.2f}, "
+                       f"pass@1 {hr['pass@1']:.2f}, maj@4 {hr['maj@4']:.2f}, pass@4 {hr['pass@4']:.2f}")
+    assert {k: v for k, v in counts.items() if k.startswith("headroom")} == {
+        "headroom_n": 39, "headroom_greedy": hr["greedy"], "headroom_pass@1": hr["pass@1"], "headroom_pass@4": hr["pass@4"],
+        "headroom_maj@4": hr["maj@4"]}
+
+    first, logs, counts = rl(bad, 3)
+    assert first["eval"]["n"] == 5 and first["headroom"] == {"n": 3, "temperature": 0.7, "top_p": 0.95, "greedy": 0.0,
+                                                             "pass@1": 0.0, "pass@4": 0.0, "maj@4": 0.0}
+    assert [line for line in logs if line.startswith("warning: ")] == [
+        "warning: RL mostly sharpens toward answers the model already samples (maj@4 is the sharpening ceiling): little headroom"]
+    assert counts["headroom_n"] == 3
+
+    first, logs, counts = rl(bad, 0)
+    assert "headroom" not in first and not any("headroom" in line for line in logs)
+    assert not any(k.startswith("headroom") for k in counts)
 
 
 # -- data parallel under torchrun ------------------------------------------------------------
@@ -169,7 +281,7 @@ def test_rl_two_ranks_match_one_process_and_resume(sft_model, tmp_path):
         # the trained groups (nonzero advantages) came from both ranks' halves of the draws
         slots = {(i // 4) % 4 for i, r in enumerate(rows) if r["advantage"] != 0}
         assert slots & {0, 1} and slots & {2, 3}, (step, slots)
-    timing = ("generate_s", "score_s", "train_s", "tokens_per_s")
+    timing = ("generate_s", "score_s", "train_s", "tokens_per_s", "headroom_s")
     a, b = records(one), records(two)
     assert [r["step"] for r in a] == [r["step"] for r in b] == [0, 1, 2]
     assert all(r["updates"] == 1 and r["grad_norm"] > 0 for r in a[1:])

@@ -21,6 +21,7 @@ def rl(
     output: Annotated[str, typer.Option("--output", "-o", help="Run directory: config.json, metrics.jsonl, rollouts/, checkpoints/.")],
     config: Config = "arith",
     eval_prompts: Annotated[Optional[str], typer.Option("--eval", help="Held-out prompts: greedy accuracy with its interval every --eval-every steps.")] = None,
+    headroom_limit: Annotated[Optional[int], typer.Option("--headroom-limit", help="Before step 0, G samples on this many --eval prompts: pass@1, pass@G, maj@G next to greedy (what RL can sharpen); 0: off.")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Optimizer steps.")] = None,
     group_size: Annotated[Optional[int], typer.Option("--group-size", "-G", help="Samples per prompt.")] = None,
     prompts_per_step: Annotated[Optional[int], typer.Option("--prompts-per-step", help="Groups per step.")] = None,
@@ -31,9 +32,11 @@ def rl(
     lr: Annotated[Optional[float], typer.Option("--lr", help="Learning rate (the peak of --schedule).")] = None,
     warmup_steps: Annotated[Optional[int], typer.Option("--warmup-steps", help="Steps of linear warmup from 0 to --lr.")] = None,
     schedule: Annotated[Optional[str], typer.Option("--schedule", help="Rate after warmup: constant, linear (to 0) or cosine (to 10%).")] = None,
-    adv_std: Annotated[Optional[str], typer.Option("--adv-std", help="Advantage scale: group (GRPO), group-bessel (verl), batch, none (Dr. GRPO).")] = None,
+    adv_estimator: Annotated[Optional[str], typer.Option("--adv-estimator", help="Advantages: grpo (minus the group mean, scaled by --adv-std) or rloo (minus the mean of the group's other samples; no scale, --adv-std is ignored).")] = None,
+    adv_std: Annotated[Optional[str], typer.Option("--adv-std", help="Advantage scale for --adv-estimator grpo: group (GRPO), group-bessel (verl), batch, none (Dr. GRPO).")] = None,
     clip_low: Annotated[Optional[float], typer.Option("--clip-low", help="ε_low of the ratio clip.")] = None,
     clip_high: Annotated[Optional[float], typer.Option("--clip-high", help="ε_high (DAPO clip-higher: 0.28).")] = None,
+    ratio_level: Annotated[Optional[str], typer.Option("--ratio-level", help="Importance ratio: token (PPO/GRPO) or sequence (GSPO: the geometric mean of a response's token ratios, clipped per response; the paper clips at 3e-4 / 4e-4).")] = None,
     loss_agg: Annotated[Optional[str], typer.Option("--loss-agg", help="seq-mean-token-mean (GRPO), token-mean (DAPO), seq-sum-const (Dr. GRPO).")] = None,
     kl: Annotated[Optional[str], typer.Option("--kl", help="KL to the frozen start model: none, k2, k3.")] = None,
     kl_coef: Annotated[Optional[float], typer.Option("--kl-coef", help="Weight of the KL term.")] = None,
@@ -48,7 +51,7 @@ def rl(
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """GRPO (and Dr. GRPO / DAPO variants) on verifiable rewards, with the shared generation engine;
+    """GRPO (and Dr. GRPO / DAPO / RLOO / GSPO variants) on verifiable rewards, with the shared generation engine;
     under torchrun each rank samples its slice of every step's prompts and gradients are summed."""
     from llmctl.config import build_config
     from llmctl.rl.trainer import RLConfig, run_rl
@@ -56,7 +59,8 @@ def rl(
     quiet, as_json = flags(quiet, json_)
     overrides = dict(steps=steps, group_size=group_size, prompts_per_step=prompts_per_step, max_new_tokens=max_new_tokens, lr=lr,
                      warmup_steps=warmup_steps, schedule=schedule, temperature=temperature, top_p=top_p, format_reward=format_reward,
-                     adv_std=adv_std, clip_low=clip_low, clip_high=clip_high, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
+                     adv_estimator=adv_estimator, adv_std=adv_std, clip_low=clip_low, clip_high=clip_high,
+                     ratio_level=ratio_level, headroom_limit=headroom_limit, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
                      epochs=epochs, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, seed=seed, device=device)
     cfg = build_config(RLConfig, "rl", config, overrides)
     m = run_rl(checkpoint, prompts, Path(output), cfg, eval_file=eval_prompts, resume=resume, overwrite=overwrite,

@@ -2,9 +2,9 @@
 
 All of it follows spec 001-posttrain-rl §A6/§A7:
 - advantage A_i = r_i − mean(r) over the group, divided by the group std (GRPO; population or
-  Bessel), the batch std, or nothing (Dr. GRPO);
+  Bessel), the batch std, or nothing (Dr. GRPO); or RLOO's leave-one-out A_i = r_i − mean_{j≠i} r_j;
 - per token, min(ρ·A, clip(ρ, 1−ε_low, 1+ε_high)·A) with ρ = π/π_old (DAPO's clip-higher when
-  ε_high > ε_low);
+  ε_high > ε_low), or with GSPO's length-normalized sequence ratio in place of ρ;
 - aggregation ("loss_agg_mode"): seq-mean-token-mean (GRPO: each response's token mean, then the
   mean over responses), token-mean (DAPO: every token of the batch weighs the same), seq-sum-const
   (Dr. GRPO: summed tokens over a constant, responses × max_new_tokens);
@@ -19,6 +19,8 @@ import torch
 ADV_STD = ("group", "group-bessel", "batch", "none")
 LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-sum-const")
 KL = ("none", "k1", "k2", "k3")
+ADV_ESTIMATORS = ("grpo", "rloo")
+RATIO_LEVELS = ("token", "sequence")
 
 
 def advantages(rewards: torch.Tensor, std: str = "group", eps: float = 1e-6) -> torch.Tensor:
@@ -37,10 +39,19 @@ def advantages(rewards: torch.Tensor, std: str = "group", eps: float = 1e-6) -> 
     return torch.where(scale > eps, centered / scale.clamp_min(eps), torch.zeros_like(centered))
 
 
-def rloo_advantages(rewards: torch.Tensor) -> torch.Tensor:
-    """Leave-one-out baseline: A_i = r_i − mean_{j≠i} r_j = G/(G−1)·(r_i − r̄) (§A6)."""
-    G = rewards.shape[1]
-    return (rewards - rewards.mean(dim=1, keepdim=True)) * G / (G - 1)
+def rloo_advantages(rewards: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Leave-one-out baseline: A_i = r_i − mean_{j≠i} r_j = G/(G−1)·(r_i − r̄) (§A6; Kool et al. 2019,
+    Ahmadian et al. 2024). No std division: the baseline alone centers the group.
+
+    rewards (n_groups, G); valid (same shape, bool) marks the samples that count: the mean leaves
+    out the invalid ones too, so it runs over the group's G_valid samples, and an invalid sample
+    gets A = 0 (its reward is never read). A group with fewer than 2 valid samples has no
+    leave-one-out baseline: A = 0."""
+    valid = torch.ones_like(rewards, dtype=torch.bool) if valid is None else valid.bool()
+    r = torch.where(valid, rewards, torch.zeros_like(rewards))
+    n = valid.sum(dim=1, keepdim=True)
+    baseline = (r.sum(dim=1, keepdim=True) - r) / (n - 1).clamp_min(1)
+    return torch.where(valid & (n >= 2), r - baseline, torch.zeros_like(r))
 
 
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str) -> torch.Tensor:
@@ -55,13 +66,38 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str) -> torch.
     raise ValueError(f"kl must be one of {KL}")
 
 
+def sequence_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's sequence importance ratio (Zheng et al. 2025, "Group Sequence Policy Optimization"):
+    s_i = exp((1/|y_i|) Σ_t (log π(y_i,t) − log π_old(y_i,t))), the geometric mean of the token
+    ratios over the response's scored tokens (mask 1). (B, T) in, (B, 1) out, differentiable."""
+    n = mask.sum(-1, keepdim=True).clamp_min(1)
+    return torch.exp(((logp - old_logp) * mask).sum(-1, keepdim=True) / n)
+
+
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
-                      clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      clip_low: float, clip_high: float, level: str = "token",
+                      mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token PPO objective (to maximize), whether the clip zeroed the token's gradient, and ρ.
 
     adv broadcasts over tokens. A token's gradient is zero when the clipped branch is the minimum:
-    A > 0 and ρ > 1 + ε_high, or A < 0 and ρ < 1 − ε_low."""
-    ratio = torch.exp(logp - old_logp)
+    A > 0 and ρ > 1 + ε_high, or A < 0 and ρ < 1 − ε_low.
+
+    level "sequence" (GSPO, needs the response mask): every token of response i takes GSPO-token's
+    ratio s_i,t = sg[s_i]·π(y_t)/sg[π(y_t)] (sg: stop-gradient). Its value is s_i at every token
+    and its gradient s_i·∇log π(y_t), so the clip keeps or zeroes a whole response at once, and
+    under seq-mean-token-mean aggregation (each response's token mean) the loss and its gradient
+    are GSPO's sequence objective, s_i·A_i·(1/|y_i|) Σ_t ∇log π(y_t) where unclipped; the other
+    --loss-agg modes weigh the same per-response terms by length as they do for token ratios.
+    GSPO clips s_i far tighter than token ratios (ε 3e-4 low, 4e-4 high in the paper), since a
+    mean log-ratio moves much less than a token's."""
+    if level == "token":
+        ratio = torch.exp(logp - old_logp)
+    elif level == "sequence":
+        if mask is None:
+            raise ValueError("clipped_surrogate: the sequence ratio needs the response mask")
+        ratio = sequence_ratio(logp, old_logp, mask).detach() * torch.exp(logp - logp.detach())
+    else:
+        raise ValueError(f"ratio level must be one of {RATIO_LEVELS}")
     unclipped = ratio * adv
     clipped = ratio.clamp(1 - clip_low, 1 + clip_high) * adv
     objective = torch.minimum(unclipped, clipped)

@@ -44,6 +44,14 @@ class Verifier(ABC):
     error inside a verifier masks the sample (with the error in ``detail``) instead of raising."""
 
     name = "verifier"
+    # True when the verdict is a function of one extracted answer (``answer``), so that samples can
+    # be majority-voted (maj@k); regex with the reference as pattern, python and format have none
+    extracts_answers = False
+
+    def answer(self, completion: str) -> str | None:
+        """The answer the verdict judges, as compared (canonical, normalized); None when none is found,
+        and always for a verifier that does not extract one."""
+        return None
 
     def verify(self, completion: str, reference: Any) -> Verdict:
         try:
@@ -68,6 +76,7 @@ class MathVerifier(Verifier):
 
     rules: tuple[str, ...] = DEFAULT_MATH_RULES
     name = "math"
+    extracts_answers = True
 
     def __post_init__(self):
         self.rules = (self.rules,) if isinstance(self.rules, str) else tuple(self.rules)
@@ -114,9 +123,13 @@ class ExactVerifier(Verifier):
 
     ignore_case: bool = False
     name = "exact"
+    extracts_answers = True
 
     def _norm(self, s: str) -> str:
         return s.strip().casefold() if self.ignore_case else s.strip()
+
+    def answer(self, completion: str) -> str | None:
+        return self._norm(completion)
 
     def _verify(self, completion, reference):
         refs = _reference_strings(reference)
@@ -311,6 +324,13 @@ class CombinedVerifier(Verifier):
     main: Verifier
     format: FormatVerifier | None = None
     name = "combined"
+
+    @property
+    def extracts_answers(self) -> bool:
+        return self.main.extracts_answers
+
+    def answer(self, completion: str) -> str | None:
+        return self.main.answer(completion)
 
     def _verify(self, completion, reference):
         v = self.main.verify(completion, reference)

@@ -18,6 +18,14 @@ across ranks (torchrt.distributed.all_reduce_grads), so the update equals the on
 on the whole batch. Rank 0 gathers the rollouts into the same rollouts/step-N.parquet and alone
 writes metrics.jsonl, checkpoints and the manifest (torchrt/rundir.py, the run directory train
 keeps too); held-out evaluation is split across ranks.
+
+Before the first step of a fresh run with held-out prompts, the headroom: on the first
+--headroom-limit of them, G samples each at the rollouts' temperature and top-p give pass@1, pass@G
+and maj@G next to greedy accuracy on the same prompts. RL mostly sharpens a model toward answers
+it already samples (spec 001-posttrain-rl: "RL sharpens more than it expands"; Yue et al. 2025,
+"Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base
+Model?"), so maj@G − greedy is what perfect sharpening toward the mode would add, and pass@G −
+greedy bounds what choosing the right sample every time could.
 """
 
 from __future__ import annotations
@@ -39,9 +47,10 @@ from llmctl.artifacts import checkpoint as ckpt_io
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.errors import UsageError
-from llmctl.eval.metrics import summarize_scores
+from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.model.generate import SamplingParams
-from llmctl.rl.grpo import ADV_STD, KL, LOSS_AGG, advantages, aggregate, clipped_surrogate, kl_estimate
+from llmctl.rl.grpo import (ADV_ESTIMATORS, ADV_STD, KL, LOSS_AGG, RATIO_LEVELS, advantages, aggregate, clipped_surrogate,
+                            kl_estimate, rloo_advantages)
 from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch
 from llmctl.torchrt import distributed
 from llmctl.torchrt.alloc import keep_freed_memory
@@ -53,6 +62,13 @@ from llmctl.torchrt.rundir import TRAINING_RUN, RunDir
 COLUMNS = ("reward", "correct", "length", "truncated", "masked")
 REWARD, CORRECT, LENGTH, TRUNCATED, MASKED = range(len(COLUMNS))
 SCHEDULES = ("constant", "linear", "cosine")
+# The headroom seeds are (seed, 0, eval position, this tag): four words, where a rollout's are three,
+# (seed, step, prompt position), which SeedSequence pads with 0, so no headroom sample repeats one
+HEADROOM_SEED_TAG = 1
+# "Little headroom" when maj@G ≤ greedy (sharpening toward the mode adds nothing) and pass@G −
+# greedy is under 10 points: the gain issue 9 asked of the demo's RL; even a policy that always
+# picked its right sample among the G would not reach it on these prompts
+HEADROOM_MIN_GAIN = 0.10
 
 
 @dataclass
@@ -73,9 +89,11 @@ class RLConfig:
     beta2: float = 0.99  # small batches (§A4: 0.99+ below ~128 sequences)
     eps: float = 1e-8
     grad_clip: float = 1.0
-    adv_std: str = "group"  # group | group-bessel | batch | none (Dr. GRPO)
+    adv_estimator: str = "grpo"  # grpo: centered, scaled by --adv-std | rloo: leave-one-out baseline, no scale
+    adv_std: str = "group"  # group | group-bessel | batch | none (Dr. GRPO); grpo only, rloo ignores it
     clip_low: float = 0.2
     clip_high: float = 0.28  # DAPO clip-higher
+    ratio_level: str = "token"  # token (PPO/GRPO) | sequence (GSPO: the length-normalized sequence ratio)
     loss_agg: str = "seq-mean-token-mean"  # GRPO; token-mean (DAPO); seq-sum-const (Dr. GRPO)
     kl: str = "none"  # none | k2 | k3 (no KL from a rule reward, §A7)
     kl_coef: float = 0.0
@@ -89,14 +107,15 @@ class RLConfig:
     gen_batch: int = 64  # sequences per generation batch
     eval_every: int = 10
     eval_limit: int = 100
+    headroom_limit: int = 100  # held-out prompts sampled G times before step 0 (pass@1, pass@G, maj@G); 0: off
     checkpoint_every: int = 25
     keep_checkpoints: int = 2
     seed: int = 0
     device: str = "auto"
 
     def check(self) -> None:
-        for name, allowed in (("adv_std", ADV_STD), ("loss_agg", LOSS_AGG), ("kl", KL), ("truncated", ("mask", "zero")),
-                              ("schedule", SCHEDULES)):
+        for name, allowed in (("adv_estimator", ADV_ESTIMATORS), ("adv_std", ADV_STD), ("loss_agg", LOSS_AGG), ("kl", KL),
+                              ("truncated", ("mask", "zero")), ("schedule", SCHEDULES), ("ratio_level", RATIO_LEVELS)):
             if getattr(self, name) not in allowed:
                 raise UsageError(f"rl: {name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if self.group_size < 2:
@@ -105,6 +124,22 @@ class RLConfig:
             raise UsageError("rl: temperature must be > 0 (GRPO needs different samples per group)")
         if self.kl != "none" and self.kl_coef <= 0:
             raise UsageError("rl: --kl needs --kl-coef > 0")
+        if self.headroom_limit < 0:
+            raise UsageError(f"rl: headroom_limit must be >= 0 (0 turns the headroom off), got {self.headroom_limit}")
+
+
+def group_scores(right: list[bool], answers: list[str | None] | None) -> tuple[float, float, float | None]:
+    """One prompt's pass@1 (the share of its samples right), pass@G (some sample right: pass@k's
+    estimator at k = n, spec 001-data-eval §A10) and maj@G: whether the most frequent extracted
+    answer (eval's majority_vote; ties to the first, None never wins) is a right one. A verdict is
+    a function of the extracted answer, so the winner's first sample speaks for all that gave it.
+    answers None (the verifier extracts none): maj@G is None."""
+    G, c = len(right), sum(right)
+    maj = None
+    if answers is not None:
+        winner, _ = majority_vote(answers)
+        maj = float(winner is not None and right[answers.index(winner)])
+    return c / G, pass_at_k(G, c, G), maj
 
 
 class RLTrainer:
@@ -225,10 +260,16 @@ class RLTrainer:
             return
         rewards = torch.tensor(kept_table[..., REWARD], dtype=torch.float64)
         valid = torch.tensor(kept_table[..., MASKED] == 0)
+        if self.cfg.adv_estimator == "rloo":
+            self._write_advantages(own, rloo_advantages(rewards, valid).tolist())
+            return
         # masked samples do not enter the group statistics: give them the group mean of the rest
         means = torch.stack([r[v].mean() if v.any() else torch.tensor(0.0, dtype=torch.float64) for r, v in zip(rewards, valid)])
         filled = torch.where(valid, rewards, means[:, None])
-        adv = advantages(filled, self.cfg.adv_std).tolist()
+        self._write_advantages(own, advantages(filled, self.cfg.adv_std).tolist())
+
+    @staticmethod
+    def _write_advantages(own: list[tuple[int, list[Sample]]], adv: list[list[float]]) -> None:
         for k, g in own:
             for s, v in zip(g, adv[k]):
                 s.advantage = 0.0 if s.masked else v
@@ -268,7 +309,10 @@ class RLTrainer:
                 logp, mask, entropy = self._logps(self.model, part)
                 adv = torch.tensor([s.advantage for s in part], device=self.device)[:, None]
                 old_logp = old[b] if old is not None else logp.detach()
-                objective, zero_grad, ratio = clipped_surrogate(logp, old_logp, adv, c.clip_low, c.clip_high)
+                # with --ratio-level sequence, zero_grad and ratio are the response's, at each of its tokens:
+                # clip_frac is then the share of tokens whose response was clipped
+                objective, zero_grad, ratio = clipped_surrogate(logp, old_logp, adv, c.clip_low, c.clip_high,
+                                                                c.ratio_level, mask)
                 per_token = -objective
                 if ref is not None:
                     kl = kl_estimate(logp, ref[b], c.kl)
@@ -296,11 +340,15 @@ class RLTrainer:
         c = self.cfg
         return lr_at(self.state["step"] + 1, peak=c.lr, total=c.steps, warmup=c.warmup_steps, schedule=c.schedule)
 
-    @torch.no_grad()
     def evaluate(self) -> dict | None:
         """Greedy accuracy on the held-out prompts; under torchrun each rank answers a contiguous slice."""
         if not self.eval_prompts:
             return None
+        return summarize_scores(self._greedy_scores())
+
+    @torch.no_grad()
+    def _greedy_scores(self) -> list[float]:
+        """Each held-out prompt's greedy 0/1 score, the same list on every rank."""
         d, n = self.dist, len(self.eval_prompts)
         lo, hi = n * d.rank // d.world, n * (d.rank + 1) // d.world
         self.model.eval()
@@ -310,7 +358,39 @@ class RLTrainer:
         gens = engine.generate([self.prompter.ids(p["prompt"]) for p in part], params) if part else []
         scores = [0.0] * n
         scores[lo:hi] = [float(bool(self.verifier.verify(g.text, p["reference"]).correct)) for g, p in zip(gens, part)]
-        return summarize_scores(distributed.all_reduce_sum(scores, d))
+        return distributed.all_reduce_sum(scores, d)
+
+    @torch.no_grad()
+    def headroom(self, greedy: list[float]) -> dict | None:
+        """pass@1, pass@G and maj@G of G samples at the rollouts' temperature and top-p, and greedy
+        accuracy (`greedy`: the held-out prompts' greedy scores), on the first headroom_limit
+        held-out prompts. Each rank samples a contiguous slice of them, every rank returns the whole.
+
+        A sample counts as correct as in evaluate(). maj@G is right when the most frequent extracted
+        answer (eval's majority_vote) is a correct one; it is left out for a verifier that extracts
+        no answer (Verifier.extracts_answers). The samples are seeded by (seed, position): a rerun
+        gives the same numbers, on any number of ranks."""
+        c, d, G = self.cfg, self.dist, self.cfg.group_size
+        n = min(c.headroom_limit, len(self.eval_prompts or ()))
+        if not n:
+            return None
+        lo, hi = n * d.rank // d.world, n * (d.rank + 1) // d.world
+        self.model.eval()
+        params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
+                                stop=self.prompter.stop)  # _collect's
+        seeds = [row_seed(c.seed, 0, i, HEADROOM_SEED_TAG) for i in range(lo, hi)]
+        groups = sample_groups(self.prompter.engine(self.model, c.gen_batch), self.prompter, self.eval_prompts,
+                               list(range(lo, hi)), G, params, self.verifier, c.truncated, seeds) if hi > lo else []
+        table = np.zeros((n, 3))
+        for i, group in zip(range(lo, hi), groups):
+            answers = [self.verifier.answer(s.text) for s in group] if self.verifier.extracts_answers else None
+            table[i] = [0.0 if v is None else v for v in group_scores([bool(s.correct) for s in group], answers)]
+        pass1, passG, maj = np.array(distributed.all_reduce_sum(table.ravel().tolist(), d)).reshape(n, 3).mean(0)
+        out = {"n": n, "temperature": c.temperature, "top_p": c.top_p, "greedy": float(np.mean(greedy[:n])),
+               "pass@1": float(pass1), f"pass@{G}": float(passG)}
+        if self.verifier.extracts_answers:
+            out[f"maj@{G}"] = float(maj)
+        return {k: round(v, 6) if isinstance(v, float) else v for k, v in out.items()}
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -325,6 +405,8 @@ class RLTrainer:
         with self.run_dir.metrics(self.state["step"]) as metrics:
             last_eval = self._loop(metrics)
         counts = {"steps": self.state["step"], "prompts_drawn": self.state["prompt_position"]}
+        if hr := self.state.get("headroom"):
+            counts.update({f"headroom_{k}": v for k, v in hr.items() if k not in ("temperature", "top_p")})
         if last_eval:
             counts.update({"eval_accuracy": round(last_eval["mean"], 6), "eval_ci_low": round(last_eval["ci_low"], 6),
                            "eval_ci_high": round(last_eval["ci_high"], 6), "eval_n": last_eval["n"]})
@@ -337,9 +419,16 @@ class RLTrainer:
         """The steps still to run (an evaluation first on a fresh run); returns the last evaluation."""
         c = self.cfg
         if self.state["step"] == 0 and self.eval_prompts:
-            ev = self.evaluate()
-            metrics.log({"step": 0, "eval": ev})
+            greedy = self._greedy_scores()
+            ev = summarize_scores(greedy)
+            rec = {"step": 0, "eval": ev}
             self.on_log(f"step 0: held-out accuracy {ev['mean']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}] (n={ev['n']})")
+            t0 = time.perf_counter()
+            if (hr := self.headroom(greedy)) is not None:
+                rec["headroom"], rec["headroom_s"] = hr, round(time.perf_counter() - t0, 3)
+                self.state["headroom"] = hr  # kept in the checkpoints: a resumed run's manifest still has it
+                self._log_headroom(hr)
+            metrics.log(rec)
         last_eval = None
         while self.state["step"] < c.steps:
             step = self.state["step"]
@@ -363,6 +452,16 @@ class RLTrainer:
             if self.state["step"] % c.checkpoint_every == 0 or self.state["step"] == c.steps:
                 self._checkpoint()
         return last_eval
+
+    def _log_headroom(self, hr: dict) -> None:
+        G = self.cfg.group_size
+        maj = hr.get(f"maj@{G}")
+        top_p = f", top-p {hr['top_p']:g}" if hr["top_p"] < 1 else ""
+        self.on_log(f"step 0: headroom on {hr['n']} held-out prompts at T={hr['temperature']:g}{top_p}: greedy {hr['greedy']:.2f}, "
+                    f"pass@1 {hr['pass@1']:.2f}, " + ("" if maj is None else f"maj@{G} {maj:.2f}, ") + f"pass@{G} {hr[f'pass@{G}']:.2f}")
+        if (maj is None or maj <= hr["greedy"]) and hr[f"pass@{G}"] - hr["greedy"] < HEADROOM_MIN_GAIN:
+            why = f"maj@{G} is the sharpening ceiling" if maj is not None else f"pass@{G} − greedy < {HEADROOM_MIN_GAIN:g}"
+            self.on_log(f"warning: RL mostly sharpens toward answers the model already samples ({why}): little headroom")
 
     def _write_rollouts(self, sampled: list[tuple[tuple[int, int], list[Sample]]], step: int) -> None:
         """One file for the step on rank 0: every rank's groups, in (draw, slot) order as one process writes them."""
