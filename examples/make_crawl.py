@@ -534,8 +534,13 @@ ITEMS = [("loaf", "loaves", "bakes"), ("jar of honey", "jars of honey", "fills")
          ("scarf", "scarves", "knits"), ("rope", "ropes", "twists"), ("cheese", "cheeses", "makes"), ("pie", "pies", "bakes")]
 
 
-def problem(rng, w):
-    """One GSM8K-style word problem about the world's people and places: (question, solution lines, answer)."""
+def problem(rng, w, small=False):
+    """One GSM8K-style word problem about the world's people and places: (question, solution lines, answer).
+
+    small=True narrows the operands so every step is a one-digit table fact (factors 2-9, sums of
+    two digits, a product minus a digit...): the demo's SFT/RL tasks, where a 2M-parameter model
+    can know the facts and the errors left are choices it makes (examples/make_tasks.py). The
+    crawl is written with small=False; its random draws are unchanged by the option."""
     female = rng.random() < 0.5
     n, pro, pos = rng.choice(FEMALE if female else MALE), *(("she", "her") if female else ("he", "his"))
     Pro = pro.capitalize()
@@ -543,44 +548,51 @@ def problem(rng, w):
     one, many, verb = rng.choice(ITEMS)
     kind = rng.randrange(9)
     if kind == 0:
-        a, b = rng.randint(5, 30), rng.randint(5, 30)
-        c = rng.randint(2, a + b - 1)
+        a, b = (rng.randint(1, 5), rng.randint(1, 4)) if small else (rng.randint(5, 30), rng.randint(5, 30))
+        c = rng.randint(1 if small else 2, a + b - 1)
         q = f"{n} {verb} {a} {many} on Monday and {b} on Tuesday. {Pro} sells {c} of them at the market in {t['T']}. How many {many} does {n} have left?"
         steps = [f"On the two days {n} {verb} {a} + {b} = {a + b} {many}.", f"After selling {c}, {pro} has {a + b} - {c} = {a + b - c} {many} left."]
     elif kind == 1:
-        a, b = rng.randint(3, 15), rng.randint(4, 24)
+        a, b = (rng.randint(2, 9), rng.randint(2, 9)) if small else (rng.randint(3, 15), rng.randint(4, 24))
         q = f"A barge on the {t['R']} carries {a} crates, and each crate holds {b} {many}. How many {many} does the barge carry?"
         steps = [f"The barge carries {a} * {b} = {a * b} {many}."]
     elif kind == 2:
-        p, k = rng.randint(2, 9), rng.randint(2, 8)
-        note = next(x for x in (20, 50, 100) if x > p * k)
+        p, k = (rng.randint(2, 4), rng.randint(2, 4)) if small else (rng.randint(2, 9), rng.randint(2, 8))
+        note = next(x for x in ((10, 20) if small else (20, 50, 100)) if x > p * k)
         q = f"At the {t['mday']} market in {t['T']}, one {one} costs {p} coins. {n} buys {k} {many} and pays with a {note}-coin note. How much change does {n} get?"
         steps = [f"{k} {many} cost {k} * {p} = {k * p} coins.", f"The change is {note} - {k * p} = {note - k * p} coins."]
     elif kind == 3:
-        each, b = rng.randint(2, 12), rng.randint(2, 9)
+        each, b = (rng.randint(2, 9), rng.randint(2, 9)) if small else (rng.randint(2, 12), rng.randint(2, 9))
         q = f"{n} has {each * b} {many} and shares them equally among {b} friends from {t['T']}. How many {many} does each friend get?"
         steps = [f"Each friend gets {each * b} / {b} = {each} {many}."]
     elif kind == 4:
-        h, d, pay = rng.randint(2, 8), rng.randint(2, 6), rng.randint(3, 12)
+        h, d, pay = (rng.randint(2, 3), rng.randint(2, 3), rng.randint(2, 9)) if small else (rng.randint(2, 8), rng.randint(2, 6), rng.randint(3, 12))
         q = f"{n} works as {an(t['worker'])} in {t['T']}. {Pro} works {h} hours a day for {d} days and earns {pay} coins an hour. How many coins does {n} earn?"
         steps = [f"{n} works {h} * {d} = {h * d} hours.", f"{Pro} earns {h * d} * {pay} = {h * d * pay} coins."]
     elif kind == 5:
-        s, x, y = rng.randint(3, 12), rng.randint(1, 4), rng.randint(1, 4)
+        s, x, y = (rng.randint(2, 9), rng.randint(1, 4), rng.randint(1, 5)) if small else (rng.randint(3, 12), rng.randint(1, 4), rng.randint(1, 4))
         q = f"A ferry on the {t['R']} travels {s} kilometres every hour. It sails for {x} hours in the morning and {y} hours in the afternoon. How many kilometres does it travel in total?"
         steps = [f"The ferry sails {x} + {y} = {x + y} hours.", f"It travels {x + y} * {s} = {(x + y) * s} kilometres."]
     elif kind == 6:
-        a, b = sorted(rng.sample(range(8, 90), 2), reverse=True)
+        a, b = sorted(rng.sample(range(2, 10) if small else range(8, 90), 2), reverse=True)
         q = f"The market in {t['T']} has {a} stalls and the market in {t2['T']} has {b} stalls. How many more stalls does the market in {t['T']} have?"
         steps = [f"{t['T']} has {a} - {b} = {a - b} more stalls."]
     elif kind == 7:
-        k, d, per, bags = rng.randint(2, 6), rng.randint(2, 7), rng.randint(3, 9), rng.randint(2, 9)
+        if small:  # per * d - g = k * bags, g a digit
+            k, bags = rng.randint(2, 5), rng.randint(2, 5)
+            d = rng.randint(2, 5)
+            per = -(-(k * bags + 1) // d)  # the smallest daily count that leaves something to give
+            per += rng.randint(0, max(0, (k * bags + 9) // d - per))
+            per = max(2, per)
+        else:
+            k, d, per, bags = rng.randint(2, 6), rng.randint(2, 7), rng.randint(3, 9), rng.randint(2, 9)
         while per * d - k * bags <= 0:
             per += 2
         g = per * d - k * bags
         q = f"{n} {verb} {per} {many} every day for {d} days. {Pro} gives {g} of them to {rng.choice(MALE + FEMALE)} and packs the rest into boxes of {k}. How many boxes does {n} fill?"
         steps = [f"{n} has {per} * {d} = {per * d} {many}.", f"After giving away {g}, {per * d} - {g} = {per * d - g} are left.", f"{per * d - g} / {k} = {bags} boxes."]
     else:
-        age, m, y = rng.randint(6, 14), rng.randint(4, 7), rng.randint(2, 10)
+        age, m, y = (rng.randint(2, 9), rng.randint(2, 9), rng.randint(1, 9)) if small else (rng.randint(6, 14), rng.randint(4, 7), rng.randint(2, 10))
         q = f"{n} is {age} years old. {pos.capitalize()} grandmother in {t['T']} is {m} times as old. How old will the grandmother be in {y} years?"
         steps = [f"The grandmother is {age} * {m} = {age * m} years old.", f"In {y} years she will be {age * m} + {y} = {age * m + y}."]
     ans = int(re.search(r"= (\d+)", steps[-1]).group(1))  # the last step's result is the answer

@@ -2,7 +2,7 @@
 
     python examples/make_tasks.py [--out examples/tasks] [--crawl examples/crawl] [--seed 2025]
 
-Writes three files (see examples/tasks/README.md):
+Writes four files (see examples/tasks/README.md):
 
 * `cloze.jsonl`: multiple-choice cloze items `{"context", "choices", "label"}` (the generic `mc:`
   schema of `llmctl eval`). Each item is one fresh sentence written by make_crawl's own article
@@ -49,11 +49,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import make_crawl as mc  # noqa: E402  (the crawl's generator: world, grammar, word problems)
 
-N_CLOZE, N_ARITH, N_ARITH_TRAIN = 200, 100, 1200  # the demo SFT: 200 problems reached 5% held-out, 1,200 reach 39%
+N_CLOZE, N_ARITH, N_ARITH_TRAIN = 200, 300, 1200  # n = 300 held out: a paired 10-point gap is ~3 standard errors
 NGRAM = 13  # llmctl decontam's default (GPT-3)
 POOL = 2000  # generated sentences that pass the held-out checks, the pool items and distractors come from
 MIN_CONTEXT = 4  # words left in a context
-FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl")
+FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl", "arithmetic-sft.jsonl")
+INVERSE = {"*": "/", "/": "*", "+": "-", "-": "+"}  # the check of a op b = c is c inv b = a
+EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
 ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
 
 
@@ -274,10 +276,11 @@ def cloze_items(rng, world, crawl):
 
 # ----------------------------------------------------------------------------- arithmetic
 def arithmetic_items(rng, world, crawl):
-    """GSM8K-format problems from make_crawl's generator: (eval items, train items), disjoint."""
+    """GSM8K-format problems from make_crawl's generator with one-digit facts (small=True): (eval
+    items, train items), disjoint."""
     out, seen = [], set()
     while len(out) < N_ARITH + N_ARITH_TRAIN:
-        question, solution, _ = mc.problem(rng, world)
+        question, solution, _ = mc.problem(rng, world, small=True)
         key = " ".join(question.lower().split())
         if key in seen or question in crawl.problems or question in crawl.text:
             continue
@@ -286,8 +289,22 @@ def arithmetic_items(rng, world, crawl):
     return out[:N_ARITH], out[N_ARITH:]
 
 
+def check_line(answer):
+    """The last step checked backwards, `Check: c inv b = a.`: a true line whose last number is not the answer."""
+    a, op, b, c = EQUATION.findall(answer)[-1]
+    return f"Check: {c} {INVERSE[op]} {b} = {a}."
+
+
+def sft_items(rng, train):
+    """The train problems as SFT chats, a seeded half ending in a check line instead of `#### n`: two
+    behaviours the model learns, one of which the verifier can read (the demo's RL chooses between them)."""
+    checked = set(rng.sample(range(len(train)), len(train) // 2))
+    return [dict(it, answer=it["answer"].rsplit("\n", 1)[0] + "\n" + check_line(it["answer"])) if i in checked else it
+            for i, it in enumerate(train)]
+
+
 # ----------------------------------------------------------------------------- checks
-def verify(cloze, arith, train, crawl):
+def verify(cloze, arith, train, sft, crawl):
     """Fail loudly if an item leaked from the crawl or breaks its schema."""
     bad = []
     for n, it in enumerate(cloze, 1):
@@ -310,10 +327,20 @@ def verify(cloze, arith, train, crawl):
                 bad.append(f"{name}:{n}: the question repeats {questions[q]}")
             questions[q] = f"{name}:{n}"
             final = re.fullmatch(r"(?s)(.+)\n#### (\d+)", it["answer"])
-            steps = re.findall(r"(\d+) ([-+*/]) (\d+) = (\d+)", final.group(1)) if final else []
+            steps = EQUATION.findall(final.group(1)) if final else []
             if not steps or int(final.group(2)) != int(steps[-1][3]):
                 bad.append(f"{name}:{n}: the answer does not end in '#### N', N the result of the last step")
             bad += [f"{name}:{n}: wrong arithmetic {a} {op} {b} = {c}" for a, op, b, c in steps if ARITH[op](int(a), int(b)) != int(c)]
+    for n, (it, gold) in enumerate(zip(sft, train), 1):
+        if it["question"] != gold["question"]:
+            bad.append(f"arithmetic-sft.jsonl:{n}: not the question of arithmetic-train.jsonl:{n}")
+        elif it["answer"] != gold["answer"]:
+            steps = EQUATION.findall(it["answer"])
+            answer = steps[-2][3] if len(steps) > 1 else None
+            if (len(steps) < 2 or "####" in it["answer"] or not it["answer"].endswith(".") or answer == steps[-1][3]
+                    or gold["answer"] != it["answer"].rsplit("\n", 1)[0] + f"\n#### {answer}"):
+                bad.append(f"arithmetic-sft.jsonl:{n}: a changed answer must be the gold one with a check line for '#### N', ending in another number")
+            bad += [f"arithmetic-sft.jsonl:{n}: wrong arithmetic {a} {op} {b} = {c}" for a, op, b, c in steps if ARITH[op](int(a), int(b)) != int(c)]
     if bad:
         raise SystemExit("make_tasks: refusing to write leaky or malformed tasks:\n  " + "\n  ".join(bad[:20]))
 
@@ -328,15 +355,16 @@ def generate(out_dir, crawl_dir=HERE / "crawl", seed=2025):
     """Write the three task files into out_dir; return {file name: item count}."""
     out_dir = Path(out_dir)
     crawl = Crawl(crawl_dir)
-    if crawl.planted["seed"] in (seed, seed + 1):
-        raise SystemExit(f"make_tasks: --seed {seed} must differ from the crawl's seed {crawl.planted['seed']} (and from it minus 1)")
+    if crawl.planted["seed"] in (seed, seed + 1, seed + 2):
+        raise SystemExit(f"make_tasks: --seed {seed} must differ from the crawl's seed {crawl.planted['seed']} (and from it minus 1 and 2)")
     world = crawl_world(crawl)
     cloze = cloze_items(random.Random(seed), world, crawl)
     arith, train = arithmetic_items(random.Random(seed + 1), world, crawl)
-    verify(cloze, arith, train, crawl)
+    sft = sft_items(random.Random(seed + 2), train)
+    verify(cloze, arith, train, sft, crawl)
     out_dir.mkdir(parents=True, exist_ok=True)
     counts = {}
-    for name, items in zip(FILES, (cloze, arith, train)):
+    for name, items in zip(FILES, (cloze, arith, train, sft)):
         write_jsonl(out_dir / name, items)
         counts[name] = len(items)
     return counts
@@ -346,7 +374,7 @@ def main():
     ap = argparse.ArgumentParser(description="Write the demo eval tasks (held-out cloze, arithmetic word problems) made from the example crawl's generator.")
     ap.add_argument("--out", type=Path, default=HERE / "tasks", help="output directory (default: examples/tasks)")
     ap.add_argument("--crawl", type=Path, default=HERE / "crawl", help="the example crawl to hold out from (default: examples/crawl)")
-    ap.add_argument("--seed", type=int, default=2025, help="seed of the cloze sentences; seed + 1 draws the problems (default 2025)")
+    ap.add_argument("--seed", type=int, default=2025, help="seed of the cloze sentences; seed + 1 draws the problems, seed + 2 the SFT answers given a check line (default 2025)")
     args = ap.parse_args()
     counts = generate(args.out, args.crawl, args.seed)
     print(f"wrote {', '.join(f'{n} ({c} items)' for n, c in counts.items())} to {args.out}")

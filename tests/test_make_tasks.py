@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "make_tasks.py"
 TASKS = ROOT / "examples" / "tasks"
 CRAWL = ROOT / "examples" / "crawl"
-FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl")
+FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl", "arithmetic-sft.jsonl")
 
 
 def load_generator():
@@ -77,7 +77,7 @@ def norm_words(text):
 # ----------------------------------------------------------------------------- reproducible
 def test_regenerates_committed_files_byte_for_byte(regenerated):
     out, counts = regenerated
-    assert counts == {"cloze.jsonl": 200, "arithmetic.jsonl": 100, "arithmetic-train.jsonl": 1200}
+    assert counts == {"cloze.jsonl": 200, "arithmetic.jsonl": 300, "arithmetic-train.jsonl": 1200, "arithmetic-sft.jsonl": 1200}
     for name in FILES:
         assert (TASKS / name).is_file(), f"examples/tasks/{name} is missing: run examples/make_tasks.py"
         assert (out / name).read_bytes() == (TASKS / name).read_bytes(), f"{name} differs: rerun examples/make_tasks.py and commit"
@@ -115,7 +115,7 @@ ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a *
 
 def test_arithmetic_schema_and_answers(arith):
     test, train = arith
-    assert (len(test), len(train)) == (100, 1200)
+    assert (len(test), len(train)) == (300, 1200)
     for items in (test, train):
         for n, it in enumerate(items, 1):
             assert list(it) == ["question", "answer"], n
@@ -133,12 +133,54 @@ def test_arithmetic_schema_and_answers(arith):
     assert len(set(questions)) == len(questions), "arithmetic.jsonl and arithmetic-train.jsonl overlap or repeat"
 
 
+
+def test_arithmetic_steps_are_one_digit_facts(arith):
+    """small=True: each step combines a number with a digit (2 * 3, 42 / 6, 9 - 4, 42 + 5), never two
+    multi-digit numbers, so the facts are ones a 2M-parameter model can know."""
+    for items in arith:
+        for it in items:
+            for a, op, b, c in re.findall(r"(\d+) ([-+*/]) (\d+) = (\d+)", it["answer"]):
+                assert min(int(a), int(b)) <= 9 or op == "-" and int(c) <= 9, it["answer"]
+                assert int(c) <= 90, it["answer"]
+
+
+def test_sft_chats_end_half_in_a_check_line(arith):
+    """arithmetic-sft.jsonl is arithmetic-train.jsonl with a seeded half of its `#### N` lines replaced
+    by a true check of the last step whose last number is not N: both endings are learned, one is read."""
+    _, train = arith
+    sft = read_jsonl(TASKS / "arithmetic-sft.jsonl")
+    assert [it["question"] for it in sft] == [it["question"] for it in train]
+    checked = 0
+    for it, gold in zip(sft, train):
+        if it["answer"] == gold["answer"]:
+            continue
+        checked += 1
+        body, last = it["answer"].rsplit("\n", 1)
+        assert body == gold["answer"].rsplit("\n", 1)[0] and "####" not in it["answer"]
+        m = re.fullmatch(r"Check: (\d+) ([-+*/]) (\d+) = (\d+)\.", last)
+        assert m, last
+        c, op, b, a = m.groups()
+        assert ARITH[op](int(c), int(b)) == int(a)  # true
+        answer = gold["answer"].rsplit("#### ", 1)[1]
+        assert c == answer and a != answer  # it checks the answer, and ends in another number
+    assert checked == len(train) // 2
+
+
+def test_verify_refuses_a_check_line_that_ends_in_the_answer(gen):
+    crawl = gen.Crawl(CRAWL)
+    gold = dict(question="How many?", answer="The barge carries 7 * 4 = 28 eggs.\n#### 28")
+    bad = dict(gold, answer="The barge carries 7 * 4 = 28 eggs.\nCheck: 7 * 4 = 28.")
+    with pytest.raises(SystemExit, match="check line"):
+        gen.verify([], [], [gold], [bad], crawl)
+    gen.verify([], [], [gold], [dict(gold, answer="The barge carries 7 * 4 = 28 eggs.\nCheck: 28 / 4 = 7.")], crawl)
+
+
 def test_task_files_load_in_llmctl_eval():
     tasks = pytest.importorskip("llmctl.eval.tasks")
     mc = tasks.load_items(tasks.parse_task(f"mc:{TASKS / 'cloze.jsonl'}"))
     assert len(mc) == 200 and all(len(i.pairs) == 4 for i in mc)
     gsm = tasks.load_items(tasks.parse_task(f"gsm8k:{TASKS / 'arithmetic.jsonl'}"))
-    assert len(gsm) == 100 and all(re.fullmatch(r"\d+", i.target) for i in gsm)
+    assert len(gsm) == 300 and all(re.fullmatch(r"\d+", i.target) for i in gsm)
 
 
 # ----------------------------------------------------------------------------- held out
@@ -195,7 +237,7 @@ def test_verify_fails_loudly_on_a_leak(gen, crawl_texts):
     w = sentence.split(" ")
     leaky = dict(context=" ".join(w[:-3]), choices=[" " + " ".join(w[-3:]), " one two three.", " four five six.", " seven eight nine."], label=0)
     with pytest.raises(SystemExit, match="sentence is in the crawl"):
-        gen.verify([leaky], [], [], crawl)
+        gen.verify([leaky], [], [], [], crawl)
     p = planted["problems"][0]
     with pytest.raises(SystemExit, match="planted in the crawl"):
-        gen.verify([], [dict(question=p["question"], answer=p["solution"])], [], crawl)
+        gen.verify([], [dict(question=p["question"], answer=p["solution"])], [], [], crawl)
