@@ -102,14 +102,16 @@ $(OUT)/eval/manifest.json: $(OUT)/run/manifest.json $(TASKS)/cloze.jsonl $(TASKS
 	$(LLMCTL) eval $(OUT)/run -o $(OUT)/eval --overwrite -t loss:$(OUT)/tokens/val -t mc:$(TASKS)/cloze.jsonl \
 		-t gsm8k:$(TASKS)/arithmetic.jsonl --max-new-tokens 64
 
-# Post-training: chat SFT of the tiny model on the arithmetic problems, GRPO on the same prompts
-# with held-out accuracy logged, then the SFT and RL models evaluated side by side.
+# Post-training: chat SFT of the tiny model on the arithmetic problems (half of the solutions end
+# in a check line instead of "#### n": two behaviours, one the verifier reads), GRPO on the same
+# problems with their "#### n" references (headroom and held-out accuracy logged), then the SFT and
+# RL models evaluated side by side on the 300 held-out problems.
 posttrain: setup $(OUT)/eval-sft/manifest.json $(OUT)/eval-rl/manifest.json
 
-$(OUT)/sft/manifest.json: $(OUT)/run/manifest.json $(TASKS)/arithmetic-train.jsonl stages/train/sft-tiny.toml
-	$(LLMCTL) train --sft $(TASKS)/arithmetic-train.jsonl --init $(OUT)/run -o $(OUT)/sft --config sft-tiny --overwrite
+$(OUT)/sft/manifest.json: $(OUT)/run/manifest.json $(TASKS)/arithmetic-sft.jsonl stages/train/sft-tiny.toml
+	$(LLMCTL) train --sft $(TASKS)/arithmetic-sft.jsonl --init $(OUT)/run -o $(OUT)/sft --config sft-tiny --overwrite
 
-$(OUT)/rl/manifest.json: $(OUT)/sft/manifest.json $(TASKS)/arithmetic.jsonl stages/rl/arith.toml
+$(OUT)/rl/manifest.json: $(OUT)/sft/manifest.json $(TASKS)/arithmetic-train.jsonl $(TASKS)/arithmetic.jsonl stages/rl/arith.toml
 	$(LLMCTL) rl $(OUT)/sft --prompts $(TASKS)/arithmetic-train.jsonl --eval $(TASKS)/arithmetic.jsonl -o $(OUT)/rl --config arith --overwrite
 	$(LLMCTL) plot $(OUT)/rl -o $(OUT)/rl/plots
 
