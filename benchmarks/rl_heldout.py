@@ -1,23 +1,23 @@
-"""What GRPO buys the demo's SFT model on the held-out arithmetic problems (issue 9, "Measure": the
-+10-point target), and why: one run of measurements on the `make demo` SFT model.
+"""What the demo's GRPO buys on held-out problems, what the gain is made of, and its controls.
 
-    make demo   # or: make posttrain OUT=out/demo (the SFT model this measures)
-    .venv/bin/python benchmarks/rl_heldout.py [--sft out/demo/sft] [--steps 40] [--threads 2]
+    make demo   # makes out/demo/run, the pretrained tiny model every run here starts from
+    .venv/bin/python benchmarks/rl_heldout.py [--base out/demo/run] [--sft-seeds 0 1] [--rl-seeds 1 2 3]
 
-1. The SFT model on examples/tasks/arithmetic.jsonl (100 problems): greedy accuracy, and 8 samples
-   per problem at the rollouts' temperature (0.7, top-p 0.95): pass@1, pass@8 and maj@8. RL mostly
-   sharpens a model toward answers it already samples (spec 001-posttrain-rl: "RL sharpens more
-   than it expands"), so maj@8 − greedy bounds what sharpening alone can add to greedy accuracy.
-2. The greedy errors sorted by cause: an arithmetic fact written wrong (`30 * 7 = 120`), operands or
-   steps other than the solution's, a final `#### n` that is not the last result.
-3. A control with gold answers: `llmctl train --sft` continued from the SFT model for 10 steps at a
-   constant rate, on fresh problems (make_crawl's generator, another seed, none in the eval or SFT
-   sets): what restarting the optimizer at that rate does to an SFT model annealed to 0.
-4. `llmctl rl` runs (`--steps` each, seed 1, held-out greedy accuracy every 10 steps, n = 100, with
-   95% intervals): the demo's preset as the demo runs it, the preset on fresh problems, and 1e-4
-   with and without warmup.
+The demo's tasks (examples/make_tasks.py): word problems whose steps are one-digit facts; the SFT
+set (arithmetic-sft.jsonl) ends a seeded half of its 1,200 solutions in a true `Check: 28 / 4 = 7.`
+line instead of `#### 28`, so the SFT model has two ways to finish a solution and only one of them
+is read as the answer. GRPO (`llmctl rl --config arith`, prompts with `#### n` references) is
+rewarded for the answer the verifier reads. This script measures, on the 300 held-out problems:
 
-About 11 minutes on 2 cores. The section goes to benchmarks/RESULTS.md (## rl held-out).
+1. per SFT seed: greedy accuracy; the headroom `llmctl rl` logs at step 0 (greedy, pass@1, maj@G and
+   pass@G at the rollout temperature, on the preset's first `headroom_limit` held-out prompts);
+2. per SFT seed x RL seed: RL - SFT paired (the numbers `llmctl eval compare` prints), RL wall time;
+3. what the gain is made of: the share of answers that end in `#### n`, and accuracy among those
+   (a gain in the second is more than format);
+4. the control: the same RL from an SFT model trained on one format only (arithmetic-train.jsonl,
+   every solution ends in `#### n`): what GRPO does when there is no behaviour to choose.
+
+About 45 minutes on 2 cores with the defaults. The section goes to benchmarks/RESULTS.md (## rl held-out).
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ import argparse
 import datetime
 import json
 import os
-import random
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -40,165 +39,152 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import LLMCTL, REPO, cpu_name, write_results  # noqa: E402
 
-sys.path.insert(0, str(REPO / "examples"))
-import make_crawl as mc  # noqa: E402  (the crawl's word-problem generator)
+from llmctl.eval.compare import compare_results  # noqa: E402
 
-EVAL = REPO / "examples" / "tasks" / "arithmetic.jsonl"
-SFT_SET = REPO / "examples" / "tasks" / "arithmetic-train.jsonl"
-FRESH_SEED = 77  # make_tasks.py draws the eval and SFT problems from --seed 2025
-OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b if b else None}
-EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
+TASKS = REPO / "examples" / "tasks"
+EVAL, PROMPTS = TASKS / "arithmetic.jsonl", TASKS / "arithmetic-train.jsonl"
+SFT_MIXED, SFT_PLAIN = TASKS / "arithmetic-sft.jsonl", TASKS / "arithmetic-train.jsonl"
+FINAL = re.compile(r"####\s*-?\d")
+RUN_SECONDS: list[float] = []  # wall seconds of every run the table uses, from their manifests
 
 
-def llmctl(*args, threads: int) -> subprocess.CompletedProcess:
+def llmctl(*args, threads: int) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     p = subprocess.run([str(LLMCTL), *map(str, args)], env=env, capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"llmctl {' '.join(map(str, args[:3]))} … failed:\n{p.stderr[-2000:]}")
-    return p
 
 
-def fresh_problems(n: int, out: Path) -> Path:
-    """n problems from make_crawl's generator over the crawl's own world, none of them in the eval
-    set, the SFT set or the crawl's planted problems."""
-    planted = json.loads((REPO / "examples" / "crawl" / "planted.json").read_text())
-    world = mc.build_world(random.Random(planted["seed"]))
-    taken = {json.loads(line)["question"] for f in (EVAL, SFT_SET) for line in open(f)}
-    taken |= {p["question"] for p in planted["problems"]}
-    rng, rows = random.Random(FRESH_SEED), []
-    while len(rows) < n:
-        q, solution, _ = mc.problem(rng, world)
-        if q not in taken:
-            taken.add(q)
-            rows.append({"question": q, "answer": "\n".join(solution)})
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return out
+def once(out: Path, *args, threads: int) -> dict:
+    """`llmctl *args -o out` unless out already holds a finished run (--work keeps them, so a rerun
+    only makes what is missing); the run's manifest."""
+    if not (out / "manifest.json").exists():
+        llmctl(*args, "-o", out, "--overwrite", "-q", threads=threads)
+    m = json.loads((out / "manifest.json").read_text())
+    RUN_SECONDS.append(m["wall_seconds"])
+    return m
 
 
-def evaluate(ckpt, out: Path, threads: int, *extra) -> dict:
-    llmctl("eval", "run", ckpt, "-o", out, "--overwrite", "-q", "-t", f"gsm8k:{EVAL}", "--max-new-tokens", 64, *extra,
-           threads=threads)
-    res = json.loads((out / "results.json").read_text())
-    return next(iter(res["tasks"].values()))["metrics"]
+def evaluate(ckpt: Path, out: Path, threads: int) -> dict:
+    """Greedy held-out accuracy, as the demo's eval stage runs it, plus the answer-format split."""
+    once(out, "eval", "run", ckpt, "-t", f"gsm8k:{EVAL}", "--max-new-tokens", 64, threads=threads)
+    rows = pq.read_table(out / "samples.parquet").to_pylist()
+    formed = [r for r in rows if FINAL.search(r["completion"])]
+    return {"dir": out, "acc": statistics.fmean(r["score"] for r in rows), "n": len(rows),
+            "formed": len(formed) / len(rows), "acc_formed": statistics.fmean(r["score"] for r in formed) if formed else 0.0}
 
 
-def error_causes(samples: Path) -> Counter:
-    gold = [json.loads(line)["answer"] for line in open(EVAL)]
-    causes = Counter()
-    for r in pq.read_table(samples).to_pylist():
-        if r["correct"]:
-            causes["correct"] += 1
-            continue
-        text = r["completion"]
-        results = re.findall(r"= (\d+)", text)
-        final = re.search(r"#### (\d+)", text)
-        facts_wrong = any(OPS[op](int(a), int(b)) != int(c) for a, op, b, c in EQUATION.findall(text))
-        plan = [m[:3] for m in EQUATION.findall(gold[r["item"]])] != [m[:3] for m in EQUATION.findall(text)]
-        if final and results and final.group(1) != results[-1]:
-            causes["final `#### n` is not the last result"] += 1
-        elif plan:
-            causes["operands or steps not the solution's" + (" (and a fact wrong)" if facts_wrong else "")] += 1
-        elif facts_wrong:
-            causes["an arithmetic fact wrong, the plan right"] += 1
-        else:
-            causes["other"] += 1
-    return causes
+def headroom(run: Path) -> dict:
+    """The step-0 headroom record `llmctl rl` wrote to metrics.jsonl."""
+    first = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    return first["headroom"]
 
 
-def ci(m: dict) -> str:
-    return f"{m['mean'] * 100:.0f}% [{m['ci_low'] * 100:.0f}, {m['ci_high'] * 100:.0f}]"
+def summary(rows: list) -> list[str]:
+    """What the table says, in numbers computed from it: the gain's spread, and its two parts. With
+    f the share of answers ending in `#### n` and a the accuracy among them, accuracy ≈ f·a (the
+    other endings are scored by their last number, which a check line makes wrong), so a gain
+    splits into (f₁ − f₀)·a₀, more answers the verifier reads, and f₁·(a₁ − a₀), better answers."""
+    mixed = [r for r in rows if r[0].startswith("two endings")]
+    plain = [r for r in rows if r not in mixed]
+
+    def span(xs, sign="+"):
+        return f"{min(xs) * 100:{sign}.1f} to {max(xs) * 100:{sign}.1f}"
+
+    out = []
+    if mixed:
+        gaps, zs = [r[4]["diff"] for r in mixed], [r[4]["z"] for r in mixed]
+        form = statistics.fmean((a["formed"] - b["formed"]) * b["acc_formed"] for _, _, b, a, _, _ in mixed)
+        within = statistics.fmean(a["formed"] * (a["acc_formed"] - b["acc_formed"]) for _, _, b, a, _, _ in mixed)
+        out.append(
+            f"From the two-ending SFT models, RL − SFT is {span(gaps)} points over {len(mixed)} runs (z {min(zs):.1f} to "
+            f"{max(zs):.1f}); {sum(g >= 0.10 and z >= 2 for g, z in zip(gaps, zs))} of {len(mixed)} clear +10 points at z ≥ 2. "
+            f"Answers ending in `#### n`: {span([r[2]['formed'] for r in mixed], '')}% of the SFT models', "
+            f"{span([r[3]['formed'] for r in mixed], '')}% after RL; accuracy among them changes by "
+            f"{span([r[3]['acc_formed'] - r[2]['acc_formed'] for r in mixed])} points. On average {form * 100:+.1f} points "
+            f"come from the ending the verifier reads (a behaviour the SFT model already had) and {within * 100:+.1f} from "
+            "better answers in that format.")
+    if plain:
+        out.append(
+            f"The control (one ending only, nothing to choose): RL − SFT {span([r[4]['diff'] for r in plain])} points "
+            f"(z {min(r[4]['z'] for r in plain):.1f} to {max(r[4]['z'] for r in plain):.1f}): what the same RL does "
+            f"to accuracy itself. That SFT model alone scores {pct(plain[0][2]['acc'])}"
+            + (f"; RL from the two-ending models reaches {span([r[3]['acc'] for r in mixed], '')}%"
+               + (": the gain makes up for the ending the SFT data taught; it does not go past a model that never learned it."
+                  if max(r[3]["acc"] for r in mixed) <= plain[0][2]["acc"] + 0.02 else
+                  ", past the one-ending model: more than the ending.") if mixed else "."))
+    return [x for o in out for x in ("", o)]
 
 
-def curve(evals: list[tuple[int, dict]]) -> str:
-    return " → ".join(f"{step}: {m['mean'] * 100:.0f}" for step, m in evals)
+def pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sft", default=str(REPO / "out" / "demo" / "sft"), help="the SFT run (make demo's out/demo/sft)")
-    ap.add_argument("--steps", type=int, default=40, help="GRPO steps per run (the demo runs 40)")
+    ap.add_argument("--base", default=str(REPO / "out" / "demo" / "run"), help="the pretrained model (make demo's out/demo/run)")
+    ap.add_argument("--sft-seeds", type=int, nargs="+", default=[0, 1], help="SFT seeds (weights' data order); 0 is the demo's")
+    ap.add_argument("--rl-seeds", type=int, nargs="+", default=[1, 2, 3], help="RL seeds for every SFT model (the demo runs 0)")
+    ap.add_argument("--control-rl-seeds", type=int, nargs="+", default=[1, 2], help="RL seeds for the one-format control")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--fresh", type=int, default=1000, help="fresh problems for the control and the RL runs")
+    ap.add_argument("--work", help="keep the runs here (default: a new temporary directory)")
     args = ap.parse_args()
-    if not (Path(args.sft) / "manifest.json").exists():
-        raise SystemExit(f"{args.sft} is not a finished run: `make demo` (or `make posttrain OUT=out/demo`) makes it")
+    if not (Path(args.base) / "manifest.json").exists():
+        raise SystemExit(f"{args.base} is not a finished run: `make demo` makes out/demo/run")
     T, started, load0 = args.threads, time.time(), os.getloadavg()[0]
-    tmp = Path(tempfile.mkdtemp(prefix="rl-heldout-"))
-    fresh = fresh_problems(args.fresh, tmp / "fresh.jsonl")
+    tmp = Path(args.work or tempfile.mkdtemp(prefix="rl-heldout-"))
+    tmp.mkdir(parents=True, exist_ok=True)
 
-    greedy = evaluate(args.sft, tmp / "greedy", T)["acc"]
-    sampled = evaluate(args.sft, tmp / "sampled", T, "-n", 8, "--temperature", 0.7, "--top-p", 0.95, "--pass-k", 1, "--pass-k", 8)
-    causes = error_causes(tmp / "greedy" / "samples.parquet")
+    models = [(f"two endings, SFT seed {s}", SFT_MIXED, s, args.rl_seeds) for s in args.sft_seeds]
+    models.append(("one ending (control), SFT seed 0", SFT_PLAIN, 0, args.control_rl_seeds))
+    rows, heads = [], []
+    for k, (label, chats, sft_seed, rl_seeds) in enumerate(models):
+        sft = tmp / f"sft-{k}"
+        once(sft, "train", "--sft", chats, "--init", args.base, "--config", "sft-tiny", "--seed", sft_seed, threads=T)
+        before = evaluate(sft, tmp / f"sft-{k}-eval", T)
+        for rl_seed in rl_seeds:
+            run = tmp / f"rl-{k}-{rl_seed}"
+            m = once(run, "rl", sft, "--prompts", PROMPTS, "--eval", EVAL, "--config", "arith", "--seed", rl_seed, threads=T)
+            if rl_seed == rl_seeds[0]:
+                heads.append((label, before, headroom(run)))
+            after = evaluate(run, tmp / f"rl-{k}-{rl_seed}-eval", T)
+            gap = compare_results(after["dir"], before["dir"])["tasks"][0]
+            rows.append((label, rl_seed, before, after, gap, m["wall_seconds"]))
 
-    control = {}
-    for lr in ("1e-4", "3e-4"):
-        run = tmp / f"gold-{lr}"
-        llmctl("train", "--sft", fresh, "--init", args.sft, "-o", run, "--config", "sft-tiny", "--max-steps", 10, "--lr", lr,
-               "--schedule", "wsd", "--set", "train.warmup_frac=0", "--set", "train.cooldown_frac=0", "--overwrite", "-q", threads=T)
-        control[lr] = evaluate(run, tmp / f"gold-{lr}-eval", T)["acc"]
+    def ci(g: dict) -> str:
+        return f"{g['diff'] * 100:+.1f} [{g['ci_low'] * 100:+.1f}, {g['ci_high'] * 100:+.1f}]"
 
-    runs = [("the demo's preset (`--config arith`: lr 2e-5 constant), the SFT problems as prompts", SFT_SET, []),
-            ("the preset, fresh problems as prompts", fresh, []),
-            ("lr 1e-4 constant, fresh problems", fresh, ["--lr", "1e-4"]),
-            ("lr 1e-4, 5 warmup steps then linear to 0, fresh problems", fresh, ["--lr", "1e-4", "--warmup-steps", 5, "--schedule", "linear"])]
-    rl_rows = []
-    for label, prompts, extra in runs:
-        run = tmp / f"rl-{len(rl_rows)}"
-        t0 = time.time()
-        llmctl("rl", args.sft, "--prompts", prompts, "--eval", EVAL, "-o", run, "--config", "arith", "--steps", args.steps,
-               "--seed", 1, "--overwrite", "-q", *extra, threads=T)
-        recs = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        evals = [(r["step"], r["eval"]) for r in recs if r.get("eval")]
-        reward = [r["accuracy"] for r in recs[1:] if "accuracy" in r]
-        k = max(1, len(reward) // 4)
-        rl_rows.append((label, evals, sum(reward[:k]) / k, sum(reward[-k:]) / k, time.time() - t0))
-
-    sft_pct = greedy["mean"] * 100
+    n_eval = rows[0][2]["n"]
     lines = [
         "## rl held-out",
         "",
-        f"`.venv/bin/python benchmarks/rl_heldout.py --sft {os.path.relpath(args.sft, REPO)} --steps {args.steps} "
-        f"--threads {T}` — {datetime.date.today()}, `nproc` = {os.cpu_count()} ({cpu_name()}), 1-min load "
-        f"{load0:.2f} before / {os.getloadavg()[0]:.2f} after, {(time.time() - started) / 60:.1f} min in all. The demo's SFT "
-        f"model (`make demo`: the `tiny` model, 2M parameters, SFT on {sum(1 for _ in open(SFT_SET)):,} problems); the held-out "
-        f"set is {EVAL.relative_to(REPO)} (n = 100, 95% intervals as `llmctl eval` gives them: Wald at n ≥ 100, Wilson near 0 or 1); fresh problems: {args.fresh:,} from "
-        f"make_crawl's generator with seed {FRESH_SEED}, none in the eval or SFT sets.",
+        f"`.venv/bin/python benchmarks/rl_heldout.py --base {os.path.relpath(args.base, REPO)} --sft-seeds "
+        f"{' '.join(map(str, args.sft_seeds))} --rl-seeds {' '.join(map(str, args.rl_seeds))} --control-rl-seeds "
+        f"{' '.join(map(str, args.control_rl_seeds))}` — {datetime.date.today()}, `nproc` = {os.cpu_count()} ({cpu_name()}), "
+        f"1-min load {load0:.2f} before / {os.getloadavg()[0]:.2f} after; the runs took {sum(RUN_SECONDS) / 60:.1f} min "
+        f"(their manifests' wall seconds; this pass {(time.time() - started) / 60:.1f} min, finished runs in --work are reused). "
+        f"Every model starts from make demo's pretrained `tiny` model (2M parameters); SFT with `--config sft-tiny`; RL with "
+        f"`--config arith` (the demo's preset) on {PROMPTS.relative_to(REPO)}; greedy accuracy on the {n_eval} held-out problems of "
+        f"{EVAL.relative_to(REPO)} as the demo's eval stage scores them; RL − SFT is paired over the same problems (95% interval).",
         "",
-        "Issue 9 asks for held-out accuracy ≥ 10 points over the SFT model after a few minutes of GRPO in the CPU "
-        "demo. **Not met at this scale**; what the SFT model leaves to RL, and what RL did with it:",
+        f"Headroom before RL (`llmctl rl`'s step-0 record: its first {heads[0][2]['n']} held-out prompts, 8 samples each at the "
+        "rollouts' temperature 0.7, top-p 0.95; maj@8 is what sharpening alone can reach):",
         "",
-        "| the SFT model on the held-out problems | value |",
-        "|---|---|",
-        f"| greedy accuracy | **{ci(greedy)}** |",
-        f"| pass@1, 8 samples at temperature 0.7, top-p 0.95 | {sampled['pass@1']['mean'] * 100:.1f}% |",
-        f"| pass@8 (some sample right) | {sampled['pass@8']['mean'] * 100:.0f}% |",
-        f"| maj@8 (the most frequent answer right): what perfect sharpening would give | {sampled['maj@8']['mean'] * 100:.0f}% "
-        f"(greedy {sampled['maj@8']['mean'] * 100 - sft_pct:+.0f}) |",
+        f"| SFT model | greedy, all {n_eval} | greedy | pass@1 | maj@8 | pass@8 |",
+        "|---|---|---|---|---|---|",
+        *[f"| {label} | {pct(b['acc'])} | {pct(h['greedy'])} | {pct(h['pass@1'])} | {pct(h['maj@8'])} | {pct(h['pass@8'])} |"
+          for label, b, h in heads],
         "",
-        "| greedy answers by cause | problems |",
-        "|---|---|",
-        *[f"| {cause} | {n} |" for cause, n in causes.most_common()],
+        "| SFT model | RL seed | SFT → RL greedy | RL − SFT, points [95%] | z | answers ending in `#### n`, SFT → RL | accuracy among those, SFT → RL | RL wall |",
+        "|---|---|---|---|---|---|---|---|",
+        *[f"| {label} | {s} | {pct(b['acc'])} → {pct(a['acc'])} | {ci(g)} | {g['z']:.1f} | {pct(b['formed'])} → {pct(a['formed'])} | "
+          f"{pct(b['acc_formed'])} → {pct(a['acc_formed'])} | {sec / 60:.1f} min |" for label, s, b, a, g, sec in rows],
         "",
-        "| gold answers (`llmctl train --sft` on fresh problems), 10 steps at a constant rate from the SFT model | greedy held-out |",
-        "|---|---|",
-        f"| (start) | {ci(greedy)} |",
-        *[f"| lr {lr} | {ci(m)} |" for lr, m in control.items()],
-        "",
-        f"| GRPO run ({args.steps} steps, G 8, 8 prompts a step, seed 1) | held-out greedy by step | sampled accuracy on the "
-        "prompts, first → last quarter of the run | minutes |",
-        "|---|---|---|---|",
-        *[f"| {label} | {curve(evals)} (final {ci(evals[-1][1])}) | {first * 100:.0f}% → {last * 100:.0f}% | {sec / 60:.1f} |"
-          for label, evals, first, last, sec in rl_rows],
-        "",
-        "What this says. The SFT model's errors are mostly arithmetic facts on whole-number tokens (the tokenizer keeps "
-        "runs of up to 3 digits together, so `30 * 7 = 210` is one fact to memorize); sharpening toward answers the model "
-        "already samples can add at most maj@8 − greedy. Learning new facts needs a rate at which the SFT model, annealed "
-        "to lr 0, first loses points even on gold answers (the control); GRPO's noisier signal at that rate loses more, and at "
-        "the preset's 2e-5 it moves nothing measurable in the demo's time. The spec names no small model on which RL was "
-        "shown to work (002-rl §D); this table is the measurement at 2M parameters.",
+        *summary(rows),
     ]
     write_results("rl held-out", "\n".join(lines) + "\n")
     print("\n".join(lines))
+    print(f"runs kept in {tmp}", file=sys.stderr)
 
 
 if __name__ == "__main__":
