@@ -137,7 +137,8 @@ def test_rl_rloo_gspo_end_to_end(sft_model, tmp_path):
                "--eval", sft_model / "digits.jsonl", "-o", run, *RL_ARGS, "--adv-estimator", "rloo",
                "--ratio-level", "sequence", "--json", check=True)
     cfg = json.loads((run / "config.json").read_text())["rl"]
-    assert (cfg["adv_estimator"], cfg["ratio_level"], cfg["headroom_limit"]) == ("rloo", "sequence", 100)
+    preset = build_config(RLConfig, "rl", "arith", {})  # the flags' defaults come from it
+    assert (cfg["adv_estimator"], cfg["ratio_level"], cfg["headroom_limit"]) == ("rloo", "sequence", preset.headroom_limit)
     recs = records(run)
     trained = [r for r in recs[1:] if r.get("updates")]
     assert trained and all(r["grad_norm"] > 0 for r in trained)
