@@ -161,7 +161,7 @@ def main() -> None:
         f"`.venv/bin/python benchmarks/rl_heldout.py --base {os.path.relpath(args.base, REPO)} --sft-seeds "
         f"{' '.join(map(str, args.sft_seeds))} --rl-seeds {' '.join(map(str, args.rl_seeds))} --control-rl-seeds "
         f"{' '.join(map(str, args.control_rl_seeds))}` — {datetime.date.today()}, `nproc` = {os.cpu_count()} ({cpu_name()}), "
-        f"1-min load {load0:.2f} before / {os.getloadavg()[0]:.2f} after; the runs took {sum(RUN_SECONDS) / 60:.1f} min "
+        f"1-min load {load0:.2f} before / {os.getloadavg()[0]:.2f} after this pass; the runs took {sum(RUN_SECONDS) / 60:.1f} min "
         f"(their manifests' wall seconds; this pass {(time.time() - started) / 60:.1f} min, finished runs in --work are reused). "
         f"Every model starts from make demo's pretrained `tiny` model (2M parameters); SFT with `--config sft-tiny`; RL with "
         f"`--config arith` (the demo's preset) on {PROMPTS.relative_to(REPO)}; greedy accuracy on the {n_eval} held-out problems of "
