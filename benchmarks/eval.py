@@ -245,7 +245,7 @@ def gen_child(spec_file: str) -> None:
     decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
     eos = tok.token_to_id("<|endoftext|>") or 0
     # eos_id=None and no stop strings: every row runs to max_new_tokens
-    engine = Engine(model, encode, decode, eos_id=None, pad_id=eos, batch_size=len(spec["prompts"]))
+    engine = Engine(model, encode, decode, stop_ids=(), pad_id=eos, batch_size=len(spec["prompts"]))
     params = SamplingParams(max_new_tokens=spec["new_tokens"], temperature=0.0, stop=())
     engine.generate(spec["prompts"], SamplingParams(max_new_tokens=4))  # warm-up: allocator, kernels
     engine.generate(spec["prompts"], SamplingParams(max_new_tokens=4), use_cache=False)
@@ -298,8 +298,8 @@ def profile_child(spec_file: str) -> None:
     ev = runner.Evaluator(spec["ckpt"], runner.EvalConfig(device="cpu"))
     task = parse_task(f"mc:{spec['mc']}")
     items = load_items(task)
-    cond = [[encode_pair(ev.encode, c, o, ev.eos_id) for c, o in it.pairs] for it in items]
-    pmi = [[encode_pair(ev.encode, runner.PMI_CONTEXT, o, ev.eos_id) for _, o in it.pairs] for it in items]
+    cond = [[encode_pair(ev.encode, c, o, ev.doc_start, ev.vocab.add_bos) for c, o in it.pairs] for it in items]
+    pmi = [[encode_pair(ev.encode, runner.PMI_CONTEXT, o, ev.doc_start, ev.vocab.add_bos) for _, o in it.pairs] for it in items]
     counts = {
         "harness_tokens": sum(len(r.tokens) - 1 for reqs in cond for r in reqs),  # it feeds (context + continuation)[:-1]
         "cond_tokens": sum(len(pack_item(reqs).tokens) for reqs in cond),

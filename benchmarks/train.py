@@ -4,8 +4,8 @@
 
 One CPU, the same config, batch, sequence length, dtype and threads on every side:
 
-1. our `Transformer` from a train preset, and `LlamaForCausalLM(LlamaConfig(**cfg.to_hf_config()))`
-   holding the same initial weights (`export.hf_state_dict`), with attn_implementation "sdpa" (the
+1. our `Transformer` from a train preset, and `LlamaForCausalLM(LlamaConfig(**hf_config(cfg)))`
+   holding the same initial weights (`hf_layout.hf_state_dict`), with attn_implementation "sdpa" (the
    default) and "eager" (explicit matmuls, the faster one on a CPU); the step-0 loss of ours and
    HF's on the same batch, in float32 (target: equal within 1e-4).
 2. a full training step: forward + loss, backward, global-norm clipping at 1.0, AdamW (β 0.9/0.95,
@@ -177,18 +177,18 @@ def build_sides(cfg, lr: float, names: list[str]) -> tuple[dict, dict]:
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from llmctl.model.export import hf_state_dict
+    from llmctl.model.hf_layout import hf_config, hf_state_dict
     from llmctl.model.transformer import Transformer
     from llmctl.torchrt.optim import param_groups
 
     torch.manual_seed(0)  # what the trainer does before building the model
     ours = Transformer(cfg)
-    hf_cfg = {k: v for k, v in cfg.to_hf_config().items() if k not in ("torch_dtype", "architectures")}
-    hf_config = LlamaConfig(**hf_cfg, use_cache=False)
+    hf_cfg = {k: v for k, v in hf_config(cfg).items() if k not in ("torch_dtype", "architectures", "model_type")}
+    llama_config = LlamaConfig(**hf_cfg, use_cache=False)
     weights = hf_state_dict(cfg, {k: v.detach().clone() for k, v in ours.state_dict().items()})
 
     def new_hf(attn: str):
-        m = AutoModelForCausalLM.from_config(hf_config, attn_implementation=attn, dtype=torch.float32)
+        m = AutoModelForCausalLM.from_config(llama_config, attn_implementation=attn, dtype=torch.float32)
         missing, unexpected = m.load_state_dict(weights, strict=False)
         assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
         assert not cfg.tied or m.lm_head.weight is m.model.embed_tokens.weight
@@ -211,7 +211,7 @@ def build_sides(cfg, lr: float, names: list[str]) -> tuple[dict, dict]:
             sides[name] = Side(name, m, hf_loss, hf_groups(m), lr, fused)
     # the same groups on both sides, by size
     sizes = {n: [sum(p.numel() for p in g["params"]) for g in s.opt.param_groups] for n, s in sides.items()}
-    info = {"groups": sizes, "hf_config": hf_config, "same_groups": len({tuple(v) for v in sizes.values()}) == 1}
+    info = {"groups": sizes, "hf_config": llama_config, "same_groups": len({tuple(v) for v in sizes.values()}) == 1}
     return sides, info
 
 
@@ -761,7 +761,7 @@ step, {args.dtype}{' autocast with fp32 master weights' if args.dtype == 'bfloat
 (`flops_per_token`: 6·N_matmul + causal attention). A step: forward + loss, backward, `clip_grad_norm_(1.0, foreach=True)`,
 `AdamW(β 0.9/0.95, ε 1e-8, weight decay 0.1 on matrices only)` at lr {train_cfg.lr:g}, `zero_grad(set_to_none=True)` — what
 `llmctl train` does with one micro-batch per step. Every side starts from the same weights (ours, seed 0; copied into
-`LlamaForCausalLM(LlamaConfig(**cfg.to_hf_config()))` with `export.hf_state_dict`; HF called with `labels=y,
+`LlamaForCausalLM(LlamaConfig(**hf_config(cfg)))` with `hf_layout.hf_state_dict`; HF called with `labels=y,
 shift_labels=y, use_cache=False`) and sees the same batches (uniform random ids). {args.warmup} warm-up step(s) per side, then
 {args.repeat} rounds of {args.steps} step(s) per side, the order reversed every other round; medians. The {ALLOC_NAME.get(alloc, alloc)} sides run in a
 child process (`--child-alloc {alloc}`: the settings are process-wide) whose steps take their turn in the same rounds,

@@ -55,7 +55,7 @@ def test_trailing_context_space_moves_to_the_continuation():
 
 
 def test_kv_cache_generation_equals_recomputation(model):
-    engine = Engine(model, encode, lambda ids: " ".join(map(str, ids)), eos_id=None, pad_id=0, batch_size=3)
+    engine = Engine(model, encode, lambda ids: " ".join(map(str, ids)), stop_ids=(), pad_id=0, batch_size=3)
     prompts = ["a", "The river runs", "xyz xyz xyz xyz", "Q"]
     for params in (SamplingParams(max_new_tokens=24), SamplingParams(max_new_tokens=24, temperature=0.9, top_k=20, top_p=0.9, seed=3)):
         cached = engine.generate(prompts, params)

@@ -215,7 +215,7 @@ def test_per_row_seeds_make_a_sample_independent_of_its_batch():
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=64, n_layers=1, d_model=32, n_heads=2, max_seq_len=64)).eval()
-    engine = Engine(model, lambda s: [ord(ch) % 64 for ch in s], lambda ids: " ".join(map(str, ids)), eos_id=None,
+    engine = Engine(model, lambda s: [ord(ch) % 64 for ch in s], lambda ids: " ".join(map(str, ids)), stop_ids=(),
                     batch_size=4)
     prompts, seeds = ["ab", "a longer prompt", "xyz", "q", "hello"], [11, 12, 13, 14, 15]
     params = SamplingParams(max_new_tokens=10, temperature=1.0)

@@ -1,7 +1,7 @@
 """SFT and import: the chat template's loss mask, packing without cross-conversation attention,
 the spec's 1×8 == 8×1 gradient test under global-token normalization, `train --sft` end to end
-(with --init, resume and DDP), and `import` as the inverse of `export` and of transformers' own
-LlamaForCausalLM."""
+(with --init, resume and DDP; its model exported to transformers), and `import` as the inverse of
+`export` (tests/test_hf_models.py checks import against transformers' own classes)."""
 
 import json
 import os
@@ -16,12 +16,14 @@ import torch.nn.functional as F
 
 from conftest import llmctl, shared_file
 from test_train import SMALL, sentences, step_losses, tokens  # noqa: F401  (tokens is a fixture)
+from test_hf_models import check_chat_export
 from llmctl.artifacts.checkpoint import load_checkpoint, load_model, save_checkpoint
 from llmctl.data.chat import ChatTemplate
 from llmctl.tasks import to_messages
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
-from llmctl.model.export import export_hf, import_hf
+from llmctl.model.hf_export import export_hf
+from llmctl.model.hf_import import import_hf
 from llmctl.model.transformer import Transformer
 from llmctl.train.sft import SFTData, SFTOptions, attention_mask, pack, row_batch
 from llmctl.train.config import TrainConfig
@@ -232,6 +234,8 @@ def test_cli_sft_from_a_pretrained_checkpoint(tokens, tok, chats, tmp_path):
     assert cfg["sft"] == str(chats) and cfg["init"].endswith("step-000003")
     kinds = [i["kind"] for i in json.loads((run / "manifest.json").read_text())["inputs"]]
     assert kinds == ["file", "run"]  # the chats file, and the base run (lineage goes on to the crawl)
+    pytest.importorskip("transformers")
+    check_chat_export(run, tmp_path / "hf")  # transformers renders, stops and answers as llmctl does
     p = llmctl("train", "--sft", chats, "--init", base, "-o", tmp_path / "x", "--set", "model.n_layers=3")
     assert p.returncode == 2 and "--init" in p.stderr.decode()
     p = llmctl("train", "--sft", chats, "-o", tmp_path / "y")
@@ -278,51 +282,6 @@ def test_import_inverts_export(tok, tmp_path, tied):
     back, ck = load_model(tmp_path / "back")
     assert ck.config == cfg and ck.path.name == "step-000000" and ck.tokenizer_file is not None
     ids = torch.randint(0, 300, (2, 24))
-    with torch.no_grad():
-        assert (ours(ids) - back(ids)).abs().max() < 1e-5
+    with torch.no_grad():  # padding rows past the vocabulary are not exported; they come back as zeros
+        assert (ours(ids) - back(ids))[..., :300].abs().max() < 1e-5
     assert json.loads((tmp_path / "back" / "manifest.json").read_text())["stage"] == "import"
-
-
-def test_import_of_a_transformers_made_model_matches_its_logits(tok, tmp_path):
-    transformers = pytest.importorskip("transformers")
-    hf_cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, rope_theta=5000.0,
-                                      rms_norm_eps=1e-6, max_position_embeddings=128, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    hf = transformers.LlamaForCausalLM(hf_cfg).eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    src = tmp_path / "hf"
-    hf.save_pretrained(src, max_shard_size="100KB")  # sharded, with model.safetensors.index.json
-    assert (src / "model.safetensors.index.json").is_file()
-    shutil.copyfile(tok, src / "tokenizer.json")
-    import_hf(src, tmp_path / "ck")
-    ours, ck = load_model(tmp_path / "ck")
-    assert (ck.config.rope_base, ck.config.norm_eps, ck.config.vocab_size, ck.config.d_ff) == (5000.0, 1e-6, 300, 96)
-    ids = torch.randint(0, 300, (2, 40))
-    with torch.no_grad():
-        diff = (ours(ids)[..., :300] - hf(ids).logits).abs().max().item()
-    assert diff < 1e-4
-    p = llmctl("generate", tmp_path / "ck", "-p", "The miller", "--max-new-tokens", "5", "--json", check=True)
-    assert json.loads(p.stdout)[0]["tokens"] == 5
-
-
-def test_import_refuses_other_architectures_and_missing_tensors(tok, tmp_path):
-    transformers = pytest.importorskip("transformers")
-    src = tmp_path / "hf"
-    transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)).save_pretrained(src)
-    shutil.copyfile(tok, src / "tokenizer.json")
-    cfg = json.loads((src / "config.json").read_text())
-    (src / "config.json").write_text(json.dumps({**cfg, "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
-    p = llmctl("import", src, "-o", tmp_path / "a")
-    err = p.stderr.decode().strip()
-    assert p.returncode == 2 and "not a LlamaForCausalLM" in err and len(err.splitlines()) == 1
-    (src / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 2}))
-    p = llmctl("import", src, "-o", tmp_path / "b")
-    err = p.stderr.decode().strip()
-    assert p.returncode == 2 and "model.layers.1." in err and len(err.splitlines()) == 1
-    (src / "config.json").write_text(json.dumps({**cfg, "rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4}}))
-    with pytest.raises(UsageError, match="llama3"):
-        import_hf(src, tmp_path / "c")

@@ -222,8 +222,9 @@ def test_export_loads_in_transformers_with_equal_logits(tokens, tmp_path):
     ours = Transformer(load_checkpoint(run).config)
     ours.load_state_dict(load_checkpoint(run).tensors)
     ids = torch.tensor([tok("The miller carries grain to town. A farmer")["input_ids"]])
+    assert hf.config.vocab_size == len(tok) == 300  # cut to the tokenizer: the padding rows are not exported
     with torch.no_grad():
-        diff = (ours(ids) - hf(ids).logits).abs().max().item()
+        diff = (ours(ids)[..., :300] - hf(ids).logits).abs().max().item()
     assert diff < 1e-4
 
 

@@ -2,7 +2,8 @@
 
     model.safetensors    weights (a tied head stored once, as embed.weight)
     config.json          the architecture (ModelConfig)
-    tokenizer.json       the tokenizer the tokens were made with, when known
+    tokenizer.json       the tokenizer the tokens were made with, when known, and beside it the
+                         other tokenizer files of an imported model (TOKENIZER_FILES)
     optimizer.pt         optimizer state, read back with torch.load(weights_only=True)
     trainer_state.json   step, tokens seen, RNG states, schedule — everything resume needs
 
@@ -30,15 +31,20 @@ from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
 
 LATEST = "latest"
+# What transformers reads to tokenize, prompt and stop: tokenizer.json first (the one llmctl needs);
+# the others come with an imported model and travel with every checkpoint made from it.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "generation_config.json", "chat_template.jinja")
 
 
 def step_dir_name(step: int) -> str:
     return f"step-{step:06d}"
 
 
-def model_tensors(cfg: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The tensors to store: contiguous CPU fp32 copies, a tied head dropped (it is the embedding)."""
-    out = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state.items()}
+def model_tensors(cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.dtype | None = torch.float32) -> dict[str, torch.Tensor]:
+    """The tensors to store: contiguous CPU copies in `dtype` (None: as they are; an import keeps a
+    bf16 release in bf16), a tied head dropped (it is the embedding)."""
+    out = {k: v.detach().to("cpu", dtype or v.dtype).contiguous() for k, v in state.items()}
     if cfg.tied:
         out.pop("head.weight", None)
     return out
@@ -53,24 +59,38 @@ def save_checkpoint(
     optimizer_state: dict | None = None,
     tokenizer_file: Path | None = None,
     keep_last: int = 0,
+    dtype: torch.dtype | None = torch.float32,
+    extra_json: dict[str, Any] | None = None,
 ) -> Path:
-    """Write `ckpt_root/step-NNNNNN/` atomically, point `latest` at it, prune to `keep_last`."""
+    """Write `ckpt_root/step-NNNNNN/` atomically, point `latest` at it, prune to `keep_last`.
+    `tokenizer_file`'s sibling TOKENIZER_FILES are copied with it; `extra_json` {name: object}
+    adds (or replaces) JSON files in the same atomic step."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / step_dir_name(step)
     with atomic_path(final) as tmp:  # re-saving a step (a signal right after a periodic save) replaces it
         tmp.mkdir()
-        save_file(model_tensors(config, model_state), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_file(model_tensors(config, model_state, dtype), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config.save(tmp / "config.json")
         if optimizer_state is not None:
             torch.save(optimizer_state, tmp / "optimizer.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
         if tokenizer_file is not None and Path(tokenizer_file).is_file():
-            shutil.copyfile(tokenizer_file, tmp / "tokenizer.json")
+            copy_tokenizer_files(Path(tokenizer_file), tmp)
+        for name, obj in (extra_json or {}).items():
+            (tmp / name).write_text(json.dumps(obj, indent=2) + "\n")
     write_text(ckpt_root / LATEST, final.name + "\n")
     if keep_last > 0:
         for old in list_checkpoints(ckpt_root)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def copy_tokenizer_files(tokenizer_file: Path, dest: Path) -> None:
+    """tokenizer.json (whatever its name) and the TOKENIZER_FILES beside it, into `dest`."""
+    shutil.copyfile(tokenizer_file, dest / TOKENIZER_FILES[0])
+    for name in TOKENIZER_FILES[1:]:
+        if (tokenizer_file.parent / name).is_file() and tokenizer_file.name == TOKENIZER_FILES[0]:
+            shutil.copyfile(tokenizer_file.parent / name, dest / name)
 
 
 def list_checkpoints(ckpt_root: Path) -> list[Path]:

@@ -102,15 +102,14 @@ def generate(
 ) -> None:
     """Sample continuations of prompts with the KV-cache engine (the one eval and rl use)."""
     from llmctl.eval.runner import EvalConfig, Evaluator
-    from llmctl.model.generate import Engine, SamplingParams
+    from llmctl.model.generate import SamplingParams
 
     ev = Evaluator(checkpoint, EvalConfig())  # only loads the model: no eval setting applies
+    engine = ev.vocab.engine(ev.model, chat=ev.chat is not None)
     if ev.chat is not None:  # SFT/RL checkpoints: each prompt is a user turn
-        engine = Engine(ev.model, ev.encode, ev.decode, ev.chat.end_id, pad_id=ev.eos_id)
         inputs = [ev.chat.prompt_ids([{"role": "user", "content": p}]) for p in prompt for _ in range(n)]
     else:
-        engine = Engine(ev.model, ev.encode, ev.decode, ev.eos_id, pad_id=ev.eos_id)
-        inputs = [p for p in prompt for _ in range(n)]
+        inputs = [ev.vocab.prompt_ids(p) for p in prompt for _ in range(n)]
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, stop=stop or ())
     gens = engine.generate(inputs, params)
     prompts = [p for p in prompt for _ in range(n)]

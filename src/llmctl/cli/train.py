@@ -90,26 +90,32 @@ def train(
 def export(
     checkpoint: Annotated[str, typer.Argument(help="A checkpoint: step dir, checkpoints/ dir or run dir (its latest).")],
     output: Annotated[str, typer.Option("--output", "-o", help="Directory for the Hugging Face model.")],
+    overwrite: Overwrite = False,
     quiet: Quiet = False,
 ) -> None:
-    """Write a Hugging Face LlamaForCausalLM directory (config.json, model.safetensors, tokenizer)."""
-    from llmctl.model.export import export_hf
+    """Write a Hugging Face model directory that transformers and vLLM load as it is: config.json (Llama, Qwen2 or
+    Qwen3 class, whichever computes the same), model.safetensors, tokenizer files with the chat template, and
+    generation_config.json with the EOS ids (a chat model's turn end first)."""
+    from llmctl.model.hf_export import export_hf
 
-    out = export_hf(checkpoint, Path(output))
+    out = export_hf(checkpoint, Path(output), overwrite=overwrite)
     if not flags(quiet, False)[0]:
         render.plain(f"exported to {out} (load with transformers.AutoModelForCausalLM.from_pretrained)")
 
 
 @app.command("import")
 def import_cmd(
-    hf_dir: Annotated[str, typer.Argument(help="A Hugging Face LlamaForCausalLM directory: config.json, model.safetensors (or sharded with its index), tokenizer.json.")],
+    hf_dir: Annotated[str, typer.Argument(help="A Hugging Face model directory (Llama 2/3.x, SmolLM2, Mistral, Qwen2/2.5, Qwen3): config.json, model.safetensors (or shards with their index), tokenizer.json and the files beside it.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Checkpoint directory (step-000000/ and latest); eval, generate, rl and train --init read it.")],
+    chat: Annotated[Optional[bool], typer.Option("--chat/--no-chat", help="Prompt the model through its chat template in eval, generate and rl. Default: read from its files (chat when generation stops at the template's turn end, as instruct releases do).")] = None,
+    overwrite: Overwrite = False,
     quiet: Quiet = False,
 ) -> None:
-    """Bring in a released Llama-architecture model as an llmctl checkpoint (the inverse of export)."""
-    from llmctl.model.export import import_hf
+    """Bring in a released model as an llmctl checkpoint (the inverse of export), with its own tokenizer,
+    EOS ids, BOS rule and chat template."""
+    from llmctl.model.hf_import import import_hf
 
-    path = import_hf(hf_dir, Path(output))
+    path = import_hf(hf_dir, Path(output), chat=chat, overwrite=overwrite)
     if not flags(quiet, False)[0]:
         render.plain(f"imported to {path}")
 

@@ -16,6 +16,10 @@ The loss mask (spec 001-posttrain-rl §A1) is 1 on every assistant turn's conten
 tokens included). `mask[i]` refers to `ids[i]` as a *target*: training predicts ids[i] from
 ids[:i] where mask[i] is 1.
 
+`jinja_source` writes the same rendering as a Jinja chat template, which `llmctl export` puts in
+tokenizer_config.json: transformers' `apply_chat_template` then yields these ids — for content that
+holds no special-token text (transformers parses "<|end|>" typed in a message as the special id).
+
 Reading a record as a conversation (a `messages` list, {question, answer}, …) is the task
 families' job: `llmctl.tasks.to_messages`.
 """
@@ -54,8 +58,14 @@ class ChatTemplate:
                              "(train one with `llmctl tokenize train`, which reserves them)")
         self.role_ids = {r: special[t] for r, t in ROLE_TOKENS.items() if t in special}
         self.end_id: int = special[END]
+        self.end_ids: tuple[int, ...] = (self.end_id,)
         self.bos_id: int | None = special.get(BOS)
         self.pad_id: int = special.get("<|pad|>", self.bos_id if self.bos_id is not None else self.end_id)
+
+    @property
+    def jinja(self) -> str:
+        """This template as a Hugging Face chat template (export writes it)."""
+        return jinja_source(self.bos_id is not None)
 
     def _check(self, messages) -> None:
         for i, m in enumerate(messages):
@@ -111,3 +121,15 @@ class ChatTemplate:
         if add_generation_prompt:
             parts.append(ROLE_TOKENS["assistant"])
         return "".join(parts)
+
+
+def jinja_source(has_bos: bool) -> str:
+    """This template as the Jinja text of a Hugging Face chat template (export writes it)."""
+    roles = ", ".join(f"'{r}'" for r in ROLE_TOKENS)
+    return (("{{ '" + BOS + "' }}" if has_bos else "")
+            + "{% for message in messages %}"
+            + "{% if message['role'] not in [" + roles + "] %}"
+            + "{{ raise_exception('" + NAME + " has the roles system, user and assistant') }}{% endif %}"
+            + "{{ '<|' + message['role'] + '|>' + message['content'] + '" + END + "' }}"
+            + "{% endfor %}"
+            + "{% if add_generation_prompt %}{{ '" + ROLE_TOKENS["assistant"] + "' }}{% endif %}")

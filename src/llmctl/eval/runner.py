@@ -29,7 +29,8 @@ from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.eval.score import argmax_first, encode_pair, normalized_scores, score_items
 from llmctl.eval.tasks import TaskSpec, gen_extract, gen_prompt, gen_stop, load_items, prompt_format
-from llmctl.model.generate import Engine, SamplingParams
+from llmctl.model.generate import SamplingParams
+from llmctl.model.vocab import Vocab
 from llmctl.runtime.progress import Progress
 from llmctl.tasks import GenScoring, MCItem, chat_messages, fewshot_prefix
 from llmctl.torchrt.alloc import keep_freed_memory
@@ -77,22 +78,10 @@ class Evaluator:
         keep_freed_memory(self.device)  # on CPU each scoring batch reuses the last one's memory instead of faulting in fresh pages
         if self.ckpt.tokenizer_file is None:
             raise UsageError(f"{self.ckpt.path} has no tokenizer.json: cannot turn task text into tokens")
-        from tokenizers import Tokenizer
-
-        self.tok = Tokenizer.from_file(str(self.ckpt.tokenizer_file))
-        self.eos_id = self.tok.token_to_id("<|endoftext|>")
-        self.eos_id = 0 if self.eos_id is None else self.eos_id
-        self.chat = None
-        if self.ckpt.trainer_state.get("chat"):
-            from llmctl.data.chat import ChatTemplate
-
-            self.chat = ChatTemplate(self.ckpt.tokenizer_file)
-
-    def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=False)
+        self.vocab = Vocab(self.ckpt.path)
+        self.doc_start = self.vocab.doc_start  # a scored context starts here (BOS, or the EOS before a document)
+        self.chat = self.vocab.require_chat() if self.ckpt.trainer_state.get("chat") else None
+        self.encode, self.decode = self.vocab.encode, self.vocab.decode
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -127,8 +116,8 @@ class Evaluator:
         encode = functools.lru_cache(maxsize=8192)(self.encode)
         for i, item in enumerate(items):
             prefix = fewshot_prefix(items, i, c.shots, c.seed)
-            requests.append([encode_pair(encode, prefix + ctx, cont, self.eos_id) for ctx, cont in item.pairs])
-            uncond.append([encode_pair(encode, PMI_CONTEXT, cont, self.eos_id) for _, cont in item.pairs])  # pmi's baseline
+            requests.append([encode_pair(encode, prefix + ctx, cont, self.doc_start, self.vocab.add_bos) for ctx, cont in item.pairs])
+            uncond.append([encode_pair(encode, PMI_CONTEXT, cont, self.doc_start, self.vocab.add_bos) for _, cont in item.pairs])  # pmi's baseline
         with_pmi = c.pmi or c.norm == "pmi"
         self.progress.start(len(items) * (2 if with_pmi else 1), description=spec.name)
         scored = score_items(self.model, requests, c.batch_tokens, on_batch=self.progress.advance)
@@ -164,13 +153,13 @@ class Evaluator:
         scoring = GenScoring(extract=extract)
         params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k,
                                 top_p=c.top_p, seed=c.seed, stop=gen_stop(spec.kind))
-        if self.chat is not None:  # a chat checkpoint answers in the assistant turn and ends it with <|end|>
+        engine = self.vocab.engine(self.model, chat=self.chat is not None, batch_size=c.batch_size)
+        if self.chat is not None:  # a chat checkpoint answers in the assistant turn and ends it with its turn end
             params.stop = ()
-            engine = Engine(self.model, self.encode, self.decode, self.chat.end_id, pad_id=self.eos_id, batch_size=c.batch_size)
             prompts = [self.chat.prompt_ids(chat_messages(items, i, c.shots, c.seed)) for i in range(len(items))]
         else:
-            engine = Engine(self.model, self.encode, self.decode, self.eos_id, pad_id=self.eos_id, batch_size=c.batch_size)
-            prompts = [gen_prompt(spec.kind, item, fewshot_prefix(items, i, c.shots, c.seed)) for i, item in enumerate(items)]
+            prompts = [self.vocab.prompt_ids(gen_prompt(spec.kind, item, fewshot_prefix(items, i, c.shots, c.seed)))
+                       for i, item in enumerate(items)]
         self.progress.start(len(items), description=spec.name)
         outputs = []
         for i in range(0, len(prompts), c.batch_size):

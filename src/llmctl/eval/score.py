@@ -27,16 +27,20 @@ class Request:
     start: int  # index of the first continuation token (≥ 1)
 
 
-def encode_pair(encode: Callable[[str], list[int]], context: str, continuation: str, eos_id: int) -> Request:
+def encode_pair(encode: Callable[[str], list[int]], context: str, continuation: str, start_id: int,
+                add_bos: bool = False) -> Request:
+    """The context's trailing spaces move to the continuation (lm-eval's rule). `start_id` starts an
+    empty context (a model's BOS or the EOS before a document); with `add_bos` (a model whose
+    tokenizer adds BOS) it starts every context, as the model saw text in training."""
     n_spaces = len(context) - len(context.rstrip())
     if n_spaces:
         context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
+    head = [start_id] if add_bos or not context else []
     if not context:
-        ctx = [eos_id]
-        return Request(ctx + encode(continuation), 1)
+        return Request(head + encode(continuation), 1)
     whole = encode(context + continuation)
     ctx = encode(context)
-    return Request(whole, len(ctx))
+    return Request(head + whole, len(head) + len(ctx))
 
 
 def _common_prefix(seqs: list[list[int]]) -> int:

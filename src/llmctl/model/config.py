@@ -35,7 +35,13 @@ class ModelConfig:
     rope_base: float = 10000.0
     norm_eps: float = 1e-5
     tied: bool = True  # small models tie the head to the embedding (§A2, L1787)
-    qk_norm: bool = False  # RMSNorm per head on q and k (OLMo 2; §A3)
+    qk_norm: bool = False  # RMSNorm per head on q and k (Qwen3; OLMo 2 norms the full width; §A3)
+    qkv_bias: bool = False  # biases on the q, k and v projections (Qwen2; imported models only)
+    o_bias: bool = False  # a bias on the attention output projection (Llama's attention_bias)
+    # None: plain RoPE. Else transformers' rope_scaling of an imported model: {"rope_type": "linear" |
+    # "dynamic" | "llama3", "factor": ..., and llama3's low/high_freq_factor and
+    # original_max_position_embeddings} (model/transformer.py rope_inv_freq computes them)
+    rope_scaling: dict | None = None
     init_std: float = 0.02  # N(0, 0.02^2); residual output projections get 0.02/sqrt(2L) (§A7)
 
     def __post_init__(self) -> None:
@@ -59,6 +65,8 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise UsageError(f"model: head_dim ({self.head_dim}) must be even for RoPE")
+        if self.rope_scaling is not None:
+            check_rope_scaling(self.rope_scaling)
 
     # -- sizes ---------------------------------------------------------------------------------
 
@@ -72,6 +80,10 @@ class ModelConfig:
         p = 2 * d * self.n_heads * hd + 2 * d * self.n_kv_heads * hd + 3 * d * self.d_ff + 2 * d
         if self.qk_norm:
             p += 2 * hd  # one gain per head dimension for q, one for k (shared across heads)
+        if self.qkv_bias:
+            p += (self.n_heads + 2 * self.n_kv_heads) * hd
+        if self.o_bias:
+            p += d
         return p
 
     def embedding_params(self) -> int:
@@ -125,49 +137,18 @@ class ModelConfig:
         except (OSError, json.JSONDecodeError) as e:
             raise UsageError(f"cannot read model config {path}: {e}") from e
 
-    def to_hf_config(self) -> dict[str, Any]:
-        """The `LlamaForCausalLM` config.json of this architecture (export, benchmarks)."""
-        if self.qk_norm:
-            raise UsageError("a model with qk_norm has no LlamaForCausalLM equivalent")
-        return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "vocab_size": self.padded_vocab,
-            "hidden_size": self.d_model,
-            "intermediate_size": self.d_ff,
-            "num_hidden_layers": self.n_layers,
-            "num_attention_heads": self.n_heads,
-            "num_key_value_heads": self.n_kv_heads,
-            "head_dim": self.head_dim,
-            "max_position_embeddings": self.max_seq_len,
-            "rope_theta": self.rope_base,
-            "rms_norm_eps": self.norm_eps,
-            "tie_word_embeddings": self.tied,
-            "hidden_act": "silu",
-            "attention_bias": False,
-            "mlp_bias": False,
-            "initializer_range": self.init_std,
-            "torch_dtype": "float32",
-        }
 
-    @classmethod
-    def from_hf_config(cls, hf: dict[str, Any]) -> ModelConfig:
-        """A dense Llama-family `config.json` (Llama, Mistral, Qwen2-style keys)."""
-        try:
-            d = hf["hidden_size"]
-            h = hf["num_attention_heads"]
-            return cls(
-                vocab_size=hf["vocab_size"],
-                n_layers=hf["num_hidden_layers"],
-                d_model=d,
-                n_heads=h,
-                n_kv_heads=hf.get("num_key_value_heads") or h,
-                head_dim=hf.get("head_dim") or (d // h if d % h == 0 else None),
-                d_ff=hf["intermediate_size"],
-                max_seq_len=hf.get("max_position_embeddings", 2048),
-                rope_base=float(hf.get("rope_theta", 10000.0)),
-                norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
-                tied=bool(hf.get("tie_word_embeddings", False)),
-            )
-        except KeyError as e:
-            raise UsageError(f"HF config lacks {e.args[0]!r}") from e
+ROPE_SCALINGS = {  # rope_type -> the keys transformers reads for it
+    "linear": ("factor",),
+    "dynamic": ("factor", "original_max_position_embeddings"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+}
+
+
+def check_rope_scaling(rs: dict) -> None:
+    kind = rs.get("rope_type") if isinstance(rs, dict) else None
+    if kind not in ROPE_SCALINGS:
+        raise UsageError(f"model: rope_scaling type {kind!r} is not supported ({', '.join(ROPE_SCALINGS)} are)")
+    missing = [k for k in ROPE_SCALINGS[kind] if not isinstance(rs.get(k), (int, float))]
+    if missing:
+        raise UsageError(f"model: rope_scaling {kind} needs {', '.join(missing)}")

@@ -4,8 +4,9 @@ with a KV cache (spec 001-systems-ops §A5: "always use a KV cache").
 Prompts of different lengths are left-padded to a common length; each row's RoPE positions start
 at 0 at its first real token and padded keys are masked out, so a row's tokens are the ones it
 would get alone. Per step: temperature, then top-k, then top-p (the order is recorded in
-`SamplingParams.describe`, as the spec asks); greedy when temperature is 0. A row stops at EOS, at
-a stop string, or at max_new_tokens (then it is marked truncated).
+`SamplingParams.describe`, as the spec asks); greedy when temperature is 0. A row stops at any of
+the stop ids (a model's EOS ids, a chat template's turn end), at a stop string, or at
+max_new_tokens (then it is marked truncated).
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ class SamplingParams:
 @dataclass
 class Generation:
     prompt_ids: list[int]
-    ids: list[int]  # generated token ids (after a stop string is cut: the ids that were generated)
+    ids: list[int]  # generated token ids, the stop id excluded (after a stop string is cut: the ids that were generated)
     text: str  # generated text, cut before the first stop string
     logprobs: list[float] = field(default_factory=list)  # log p of each generated id, sampling distribution
     finish: str = "length"  # eos | stop | length
+    stop_id: int | None = None  # the stop id that ended the row (finish "eos")
 
     @property
     def truncated(self) -> bool:
@@ -102,12 +104,13 @@ def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
 
 
 class Engine:
-    """`Engine(model, encode, decode, eos_id).generate(prompts, params)` → one Generation per prompt."""
+    """`Engine(model, encode, decode, stop_ids).generate(prompts, params)` → one Generation per prompt.
+    model/vocab.py `Vocab.engine` builds one with a checkpoint's ids."""
 
     def __init__(self, model: Transformer, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str],
-                 eos_id: int | None, pad_id: int = 0, batch_size: int = 16):
+                 stop_ids: Sequence[int] = (), pad_id: int = 0, batch_size: int = 16):
         self.model, self.encode, self.decode = model, encode, decode
-        self.eos_id, self.pad_id, self.batch_size = eos_id, pad_id, batch_size
+        self.stop_ids, self.pad_id, self.batch_size = frozenset(stop_ids), pad_id, batch_size
         self.vocab = model.cfg.vocab_size  # padded rows of the head are never sampled
 
     @property
@@ -233,14 +236,15 @@ class _RowState:
         self.ids: list[list[int]] = [[] for _ in prompts]
         self.logprobs: list[list[float]] = [[] for _ in prompts]
         self.finish: list[str | None] = [None] * len(prompts)
+        self.stop_id: list[int | None] = [None] * len(prompts)
         self.text: list[str | None] = [None] * len(prompts)
 
     def append(self, next_ids: torch.Tensor, logp: torch.Tensor) -> None:
         for r, (t, lp) in enumerate(zip(next_ids.tolist(), logp.tolist())):
             if self.finish[r] is not None:
                 continue
-            if t == self.engine.eos_id:
-                self.finish[r] = "eos"
+            if t in self.engine.stop_ids:
+                self.finish[r], self.stop_id[r] = "eos", t
                 continue
             self.ids[r].append(t)
             self.logprobs[r].append(lp)
@@ -258,5 +262,5 @@ class _RowState:
         for r, p in enumerate(self.prompts):
             finish = self.finish[r] or "length"
             text = self.text[r] if self.text[r] is not None else self.engine.decode(self.ids[r])
-            out.append(Generation(list(p), self.ids[r], text, self.logprobs[r], finish))
+            out.append(Generation(list(p), self.ids[r], text, self.logprobs[r], finish, self.stop_id[r]))
         return out

@@ -2,11 +2,13 @@
 
 Pre-norm blocks (spec 001-arch-optim-scaling §A2): x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)).
 Attention is grouped-query through `scaled_dot_product_attention`, with RoPE in the Hugging Face
-rotate-half convention so a checkpoint exports to `LlamaForCausalLM` by renaming tensors. No biases.
+rotate-half convention so a checkpoint exports to `LlamaForCausalLM` by renaming tensors. No biases
+and plain RoPE for the models llmctl trains; an imported Qwen2 brings q/k/v biases, Qwen3 a per-head
+q/k norm, a Llama 3.x its rope_scaling (model/hf_layout.py maps each onto these options).
 
 Two fusions keep a training step to fewer, larger matmuls than the reference implementation:
 Q, K and V are one `qkv` projection, and SwiGLU's gate and up are one `gate_up` projection. Export
-splits them back (model/export.py). With targets, the head and the loss run chunk by chunk without
+splits them back (model/hf_layout.py). With targets, the head and the loss run chunk by chunk without
 the full logits (model/linear_ce.py); on CPU, causal attention over short windows is two batched
 matmuls rather than the flash kernel (`explicit_causal_attention`). Both change speed and memory,
 not results: tests check them against the plain computation.
@@ -39,12 +41,47 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
-def rope_tables(cfg: ModelConfig, length: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of m·ω_j, ω_j = base^(−2j/d_h), each frequency repeated for both halves (§A2)."""
-    inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32, device=device) / cfg.head_dim))
-    angles = torch.outer(torch.arange(length, dtype=torch.float32, device=device), inv_freq)
+def rope_inv_freq(cfg: ModelConfig, seq_len: int | None = None, device=None) -> torch.Tensor:
+    """ω_j = base^(−2j/d_h) (§A2), rescaled as transformers does for an imported model's
+    rope_scaling: linear divides every ω by the factor (position interpolation); llama3 divides the
+    low frequencies by it and blends the middle band (Llama 3.1's smoothing); dynamic (NTK) raises
+    the base once the sequence outgrows the original context, so inside it ω is the plain one."""
+    d = cfg.head_dim
+    exponents = torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d
+    rs = cfg.rope_scaling or {}
+    kind, base = rs.get("rope_type"), cfg.rope_base
+    if kind == "dynamic" and seq_len is not None and seq_len > rs["original_max_position_embeddings"]:
+        f, orig = rs["factor"], rs["original_max_position_embeddings"]
+        base = base * ((f * seq_len / orig) - (f - 1)) ** (d / (d - 2))
+    inv_freq = 1.0 / (base ** exponents)
+    if kind == "linear":
+        inv_freq = inv_freq / rs["factor"]
+    elif kind == "llama3":
+        f, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        orig = rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > orig / lo, inv_freq / f, inv_freq)
+        smooth = (orig / wavelen - lo) / (hi - lo)
+        blended = (1 - smooth) * scaled / f + smooth * scaled
+        medium = (wavelen >= orig / hi) & (wavelen <= orig / lo)
+        inv_freq = torch.where(medium, blended, scaled)
+    return inv_freq
+
+
+def rope_tables(cfg: ModelConfig, length: int, device=None, start: int = 0,
+                seq_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of m·ω_j for m in start..length-1, each frequency repeated for both halves (§A2)."""
+    inv_freq = rope_inv_freq(cfg, seq_len, device)
+    angles = torch.outer(torch.arange(start, length, dtype=torch.float32, device=device), inv_freq)
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
+
+
+def dynamic_rope_past(cfg: ModelConfig, end: int) -> bool:
+    """Dynamic NTK RoPE past its original context: the frequencies depend on the sequence length
+    (transformers takes it as the largest position + 1 of each forward), so no table is cached."""
+    rs = cfg.rope_scaling
+    return bool(rs) and rs["rope_type"] == "dynamic" and end > rs["original_max_position_embeddings"]
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -95,8 +132,8 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-        self.qkv = nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=False)
-        self.o = nn.Linear(q_dim, cfg.d_model, bias=False)
+        self.qkv = nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.qkv_bias)
+        self.o = nn.Linear(q_dim, cfg.d_model, bias=cfg.o_bias)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
 
@@ -169,7 +206,9 @@ class Transformer(nn.Module):
         std = self.cfg.init_std
         residual_std = std / math.sqrt(2 * self.cfg.n_layers)
         for name, p in self.named_parameters():
-            if name.endswith("norm.weight"):
+            if name.endswith(".bias"):
+                p.zero_()
+            elif name.endswith("norm.weight"):
                 p.fill_(1.0)
             elif name.endswith(("attn.o.weight", "mlp.down.weight")):
                 p.normal_(0.0, residual_std, generator=generator)
@@ -180,11 +219,15 @@ class Transformer(nn.Module):
         """cos/sin for positions start..start+length (shared by the batch), or for per-sequence
         `positions` (B, T) — generation with left-padded prompts starts each row at its own offset."""
         end = start + length if positions is None else int(positions.max()) + 1
-        if end > self.rope_cos.shape[0]:  # generation past the trained context: extend the tables
-            self.rope_cos, self.rope_sin = rope_tables(self.cfg, max(end, 2 * self.rope_cos.shape[0]), device=self.rope_cos.device)
+        if dynamic_rope_past(self.cfg, end):
+            cos, sin = rope_tables(self.cfg, end, device=self.rope_cos.device, seq_len=end)
+        else:
+            if end > self.rope_cos.shape[0]:  # generation past the trained context: extend the tables
+                self.rope_cos, self.rope_sin = rope_tables(self.cfg, max(end, 2 * self.rope_cos.shape[0]), device=self.rope_cos.device)
+            cos, sin = self.rope_cos, self.rope_sin
         if positions is None:
-            return self.rope_cos[start:end], self.rope_sin[start:end]
-        return self.rope_cos[positions].unsqueeze(1), self.rope_sin[positions].unsqueeze(1)
+            return cos[start:end], sin[start:end]
+        return cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
 
     def hidden(self, tokens: torch.Tensor, start: int = 0, caches=None, mask=None, positions=None) -> torch.Tensor:
         """Final-norm hidden states (B, T, d) for token ids (B, T)."""

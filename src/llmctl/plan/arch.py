@@ -17,6 +17,7 @@ from typing import Any
 
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
+from llmctl.model.hf_layout import config_from_hf
 
 
 @dataclass
@@ -198,7 +199,7 @@ def arch_from_hf(hf: dict[str, Any], name: str = "hf", source: str = "config.jso
 def _dense(hf: dict, mt: str, name: str, source: str) -> Arch:
     d, h, hkv, hd = _heads(hf)
     _int(hf, "intermediate_size")
-    cfg = ModelConfig.from_hf_config({**hf, "head_dim": hd})
+    cfg = config_from_hf({**hf, "head_dim": hd})
     if cfg.d_ff <= 0:
         raise UsageError("HF config: intermediate_size must be positive")
     vocab = _int(hf, "vocab_size")

@@ -8,8 +8,6 @@ keeps reward 0. A verifier's infrastructure failure is also masked, never scored
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
 import numpy as np
 import torch
 
@@ -32,27 +30,21 @@ class Sample:
 
 
 class Prompter:
-    """How a prompt becomes ids: the chat template for SFT/RL checkpoints, a plain Q/A format else."""
+    """How a prompt becomes ids: the chat template for chat (SFT/RL or imported instruct)
+    checkpoints, eval's plain Q/A format else; generation stops at the vocabulary's stop ids."""
 
-    def __init__(self, tokenizer_json: Path, chat: bool, encode, decode, eos_id: int):
-        self.chat = chat
-        self.encode, self.decode = encode, decode
-        if chat:
-            from llmctl.data.chat import ChatTemplate
-
-            self.template = ChatTemplate(tokenizer_json)
-            self.stop_id, self.stop = self.template.end_id, ()
-        else:
-            self.template = None
-            self.stop_id, self.stop = eos_id, GSM8K_STOP  # eval's plain Q/A format
+    def __init__(self, vocab, chat: bool):
+        self.vocab, self.chat = vocab, chat
+        self.template = vocab.require_chat() if chat else None
+        self.stop = () if chat else GSM8K_STOP
 
     def ids(self, prompt: str) -> list[int]:
         if self.template is not None:
             return self.template.prompt_ids([{"role": "user", "content": prompt}])
-        return self.encode(GSM8K_PROMPT.format(question=prompt))
+        return self.vocab.prompt_ids(GSM8K_PROMPT.format(question=prompt))
 
     def engine(self, model, batch_size: int) -> Engine:
-        return Engine(model, self.encode, self.decode, eos_id=self.stop_id, pad_id=0, batch_size=batch_size)
+        return self.vocab.engine(model, self.chat, batch_size)
 
 
 def row_seed(*parts: int) -> int:
@@ -77,7 +69,7 @@ def sample_groups(engine: Engine, prompter: Prompter, prompts: list[dict], indic
             is_trunc = gen.truncated
             masked = verdict.masked or (is_trunc and truncated == "mask")
             reward = 0.0 if (is_trunc and truncated == "zero") else float(verdict.reward)
-            completion = gen.ids + ([prompter.stop_id] if gen.finish == "eos" else [])
+            completion = gen.ids + ([gen.stop_id] if gen.finish == "eos" else [])
             group.append(Sample(i, g, gen.prompt_ids, completion, gen.text, reward, verdict.correct, masked, is_trunc))
         groups.append(group)
     return groups

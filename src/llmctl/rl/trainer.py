@@ -49,6 +49,7 @@ from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.errors import UsageError
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.model.generate import SamplingParams
+from llmctl.model.vocab import Vocab
 from llmctl.rl.grpo import (ADV_ESTIMATORS, ADV_STD, KL, LOSS_AGG, RATIO_LEVELS, advantages, aggregate, clipped_surrogate,
                             kl_estimate, rloo_advantages)
 from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch
@@ -169,12 +170,7 @@ class RLTrainer:
         self.tokenizer_file = ck.tokenizer_file
         self.chat = bool(ck.trainer_state.get("chat"))
         self.state = ck.trainer_state if resume else {"step": 0, "prompt_position": 0, "chat": self.chat}
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_file(str(self.tokenizer_file))
-        eos = tok.token_to_id("<|endoftext|>")
-        self.prompter = Prompter(self.tokenizer_file, self.chat, lambda s: tok.encode(s, add_special_tokens=False).ids,
-                                 lambda ids: tok.decode(ids, skip_special_tokens=False), 0 if eos is None else eos)
+        self.prompter = Prompter(Vocab(ck.path), self.chat)
         self.prompts = load_prompts(prompts_file)
         self.eval_prompts = load_prompts(eval_file)[: cfg.eval_limit] if eval_file else None
         self.prompts_file, self.eval_file = prompts_file, eval_file

@@ -1,7 +1,8 @@
 """`llmctl train --sft CHATS`: supervised fine-tuning on conversations (spec 001-posttrain-rl §A1).
 
 Data. Every record (a `messages` list, GSM8K {question, answer}, or {prompt, answer}) is rendered
-with the chat template (data/chat.py) into ids and a loss mask. A seeded share of conversations
+with the model's chat template (llmctl's, data/chat.py, or an imported model's own,
+data/chat_jinja.py; model/vocab.py picks) into ids and a loss mask. A seeded share of conversations
 (`val_fraction`) is held out. Conversations are packed into rows of seq_len (input, target) pairs
 by greedy best fit in file order: each goes into the open row with the least room that still fits
 it, else a new row. A conversation of n tokens takes n − 1 slots (inputs ids[:-1], targets ids[1:]
@@ -34,9 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from llmctl.data.chat import NAME as TEMPLATE_NAME
-from llmctl.data.chat import ChatTemplate
 from llmctl.errors import UsageError
+from llmctl.model.vocab import Vocab
 from llmctl.torchrt import distributed
 from llmctl.train.loader import PackedBatches
 from llmctl.train.trainer import fit
@@ -170,8 +170,9 @@ class SFTData:
         self.opts, self.seed = opts, seed
         self.init, self.tokenizer_file = opts.init, opts.tokenizer
         self.loader: PackedChats | None = None
-        self.template = ChatTemplate(opts.tokenizer)
-        self.vocab_size = self.template.encoder.info.vocab_size
+        vocab = Vocab(opts.tokenizer)
+        self.template = vocab.require_chat()
+        self.vocab_size = vocab.size
         convs = read_conversations(opts.chats)
         n_val = 0
         if opts.val_fraction > 0:
@@ -198,7 +199,7 @@ class SFTData:
         """What config.json records about the data."""
         o = self.opts
         return {"sft": str(o.chats), "tokenizer": str(o.tokenizer), "init": str(o.init) if o.init else None,
-                "val_fraction": o.val_fraction, "chat_template": TEMPLATE_NAME}
+                "val_fraction": o.val_fraction, "chat_template": self.template.name}
 
     def start(self, padded_vocab: int) -> None:
         self.loader = PackedChats(self.train, self.seed)

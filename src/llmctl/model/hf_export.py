@@ -1,0 +1,79 @@
+"""`llmctl export CKPT -o DIR`: a Hugging Face model directory that transformers and vLLM load
+with no edits.
+
+    config.json              the matching class (model/hf_layout.py), bos/eos/pad ids
+    model.safetensors        transformers' tensor names, in the checkpoint's dtype
+    generation_config.json   the EOS ids generation stops on: for a chat model its turn end first
+    tokenizer.json, tokenizer_config.json
+                             bos/eos/pad strings and the chat template (llmctl's, as Jinja, for a
+                             model that speaks it; an imported model's own files otherwise)
+
+The vocabulary is cut to the model's `vocab_size` — the tokenizer's size for a model llmctl
+trained — rather than the multiple of 64 the tables are padded to for the matmuls: padding rows
+were never trained, and left in they take probability mass at T = 1 (and vLLM rejects ids past
+the tokenizer). Cutting, not masking, because a masked row would need a logits processor on every
+engine that loads the model; a cut one needs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from safetensors.torch import save_file
+
+from llmctl.artifacts.atomic import atomic_path, prepare_new_out
+from llmctl.artifacts.checkpoint import TOKENIZER_FILES, copy_tokenizer_files, load_checkpoint
+from llmctl.errors import UsageError
+from llmctl.model.hf_layout import hf_config, hf_state_dict
+from llmctl.model.vocab import Vocab
+
+
+def _token(vocab: Vocab, i: int | None) -> str | None:
+    return None if i is None else vocab.tok.id_to_token(i)
+
+
+def tokenizer_config(vocab: Vocab, chat: bool, max_len: int) -> dict:
+    """The checkpoint's tokenizer_config.json (an imported model's) or one for llmctl's tokenizer,
+    with the EOS of what the model does: a chat model's eos_token is its turn end (lm-eval and vLLM
+    stop on eos_token)."""
+    cfg = dict(vocab.tok_cfg) or {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_len,
+                                  "clean_up_tokenization_spaces": False}
+    stops = vocab.stop_ids(chat)
+    cfg.update({k: v for k, v in (("bos_token", _token(vocab, vocab.bos_id)), ("eos_token", _token(vocab, stops[0] if stops else None)),
+                                  ("pad_token", _token(vocab, vocab.pad_id))) if v is not None})
+    if vocab.chat_source is None and vocab.chat is not None:  # llmctl's own template, written as Jinja
+        cfg["chat_template"] = vocab.chat.jinja
+    return cfg
+
+
+def export_hf(checkpoint: str | Path, out: Path, overwrite: bool = False) -> Path:
+    """Write `out` whole or not at all (built under a temporary name, then renamed)."""
+    ckpt = load_checkpoint(checkpoint)
+    cfg = ckpt.config
+    prepare_new_out(out, overwrite)
+    chat = bool(ckpt.trainer_state.get("chat"))
+    vocab = Vocab(ckpt.path) if ckpt.tokenizer_file is not None else None
+    if vocab is not None and vocab.size > cfg.padded_vocab:
+        raise UsageError(f"{ckpt.path}: the tokenizer has {vocab.size} ids, the model {cfg.padded_vocab} rows")
+    if chat and vocab is None:
+        raise UsageError(f"{ckpt.path}: a chat model without tokenizer.json cannot be exported with its template")
+    dtype = str(ckpt.tensors["embed.weight"].dtype).removeprefix("torch.")
+    hf_cfg = hf_config(cfg, cfg.vocab_size, dtype)
+    gen = {}
+    if vocab is not None:
+        stops = list(vocab.stop_ids(chat))
+        gen = {"bos_token_id": vocab.bos_id, "eos_token_id": stops[0] if len(stops) == 1 else stops,
+               "pad_token_id": vocab.pad_id}
+        hf_cfg.update({k: v for k, v in gen.items() if v is not None and v != []})
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        (tmp / "config.json").write_text(json.dumps(hf_cfg, indent=2) + "\n")
+        save_file(hf_state_dict(cfg, ckpt.tensors, cfg.vocab_size), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if vocab is not None:
+            copy_tokenizer_files(vocab.tokenizer_file, tmp)
+            (tmp / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(vocab, chat, cfg.max_seq_len), indent=2) + "\n")
+            gen_cfg = {**json.loads((vocab.folder / "generation_config.json").read_text())} if (vocab.folder / "generation_config.json").is_file() else {}
+            gen_cfg.update({k: v for k, v in gen.items() if v is not None})
+            (tmp / TOKENIZER_FILES[3]).write_text(json.dumps(gen_cfg, indent=2) + "\n")
+    return out

@@ -1,0 +1,123 @@
+"""`llmctl import HF_DIR -o CKPT`: a released model (Llama 2/3.x, SmolLM2, Mistral, Qwen2/2.5,
+Qwen3) as an llmctl checkpoint that train --init, rl, eval and generate read. The inverse of export.
+
+The checkpoint keeps the model's own tokenizer files (tokenizer.json, tokenizer_config.json with
+its chat template, special_tokens_map.json, chat_template.jinja) and a generation_config.json
+with its EOS ids (the release's, else config.json's), so prompts get the BOS the model was trained
+with and generation stops where it ends a text or a turn (model/vocab.py).
+
+Weights are read tensor by tensor from each shard (safetensors' lazy reader) and kept in their
+stored dtype: a bf16 release becomes a bf16 checkpoint, with no fp32 copy of the whole model in
+memory. Whether the model is a chat model (eval, generate and rl then prompt it through its
+template) is read from its files: its generation stops at the template's turn end (`--chat` /
+`--no-chat` override).
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from pathlib import Path
+
+import torch
+
+from llmctl.artifacts.atomic import prepare_new_out
+from llmctl.artifacts.checkpoint import TOKENIZER_FILES, save_checkpoint
+from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
+from llmctl.errors import UsageError
+from llmctl.model.config import ModelConfig
+from llmctl.model.hf_layout import import_config, our_state_dict
+from llmctl.model.vocab import Vocab, _ids, _read_json
+
+
+def _shard_files(src: Path) -> list[str]:
+    index = src / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            return sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, AttributeError) as e:
+            raise UsageError(f"{index}: not a safetensors index ({e})") from e
+    if (src / "model.safetensors").is_file():
+        return ["model.safetensors"]
+    raise UsageError(f"{src}: no model.safetensors or model.safetensors.index.json (only safetensors weights are read)")
+
+
+class LazyTensors:
+    """`take(name)`: one tensor from whichever shard holds it, read when asked."""
+
+    def __init__(self, src: Path, stack: ExitStack):
+        from safetensors import SafetensorError, safe_open
+
+        self.where, self.shards = src, {}
+        for name in _shard_files(src):
+            try:
+                f = stack.enter_context(safe_open(str(src / name), framework="pt"))
+            except (SafetensorError, OSError, ValueError) as e:
+                raise UsageError(f"{src / name}: missing, corrupt or unreadable ({e})") from e
+            self.shards.update({k: f for k in f.keys()})
+
+    def __call__(self, name: str) -> torch.Tensor:
+        if name not in self.shards:
+            raise UsageError(f"{self.where}: tensor {name} is missing")
+        return self.shards[name].get_tensor(name)
+
+    def dtype(self) -> torch.dtype:
+        """The stored dtype when every floating tensor shares it, else float32."""
+        kinds = {str(f.get_slice(k).get_dtype()) for k, f in self.shards.items()}
+        return {"BF16": torch.bfloat16, "F16": torch.float16}.get(kinds.pop(), torch.float32) if len(kinds) == 1 else torch.float32
+
+
+def generation_config(src: Path, hf: dict) -> dict:
+    """generation_config.json of the release, with bos/eos/pad ids from config.json where it has none."""
+    gen = _read_json(src / "generation_config.json")
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if gen.get(key) is None and _ids(hf.get(key)):
+            gen[key] = hf[key]
+    return gen
+
+
+def import_hf(src: str | Path, out: str | Path, chat: bool | None = None, overwrite: bool = False) -> Path:
+    """Write `out/step-000000/` (and `out/latest`, `out/manifest.json`) from a Hugging Face model
+    directory: config.json, model.safetensors (single or sharded), tokenizer.json (+ its siblings)."""
+    from llmctl.model.transformer import Transformer
+
+    src, out = Path(src), Path(out)
+    if not (src / "config.json").is_file():
+        raise UsageError(f"{src}: no config.json (expected a Hugging Face model directory)")
+    hf = _read_json(src / "config.json")
+    tok = src / "tokenizer.json"
+    if not tok.is_file():
+        raise UsageError(f"{src}: no tokenizer.json (import needs the fast-tokenizer file)")
+    cfg = import_config(hf, f"{src / 'config.json'}")
+    vocab = Vocab(src)
+    gen = generation_config(src, hf)
+    eos = tuple(_ids(gen.get("eos_token_id"))) or vocab.eos_ids
+    if not eos:
+        raise UsageError(f"{src}: no EOS id in generation_config.json, config.json or tokenizer_config.json")
+    if chat is None:
+        chat = vocab.speaks_chat(eos)
+    elif chat:
+        vocab.require_chat()
+    prepare_new_out(out, overwrite)
+    # A table padded for the matmuls (ours on export, some releases) keeps the tokenizer's size as
+    # vocab_size when the padded size is the same, so ids past the tokenizer are never sampled.
+    if vocab.size < cfg.vocab_size and ModelConfig.from_dict({**cfg.to_dict(), "vocab_size": vocab.size}).padded_vocab == cfg.padded_vocab:
+        cfg = ModelConfig.from_dict({**cfg.to_dict(), "vocab_size": vocab.size})
+    with ExitStack() as stack:
+        take = LazyTensors(src, stack)
+        dtype = take.dtype()
+        tensors = our_state_dict(cfg, take, str(src))
+        with torch.device("meta"):  # shapes checked against the config without allocating a model
+            expected = {k: tuple(v.shape) for k, v in Transformer(cfg).state_dict().items()}
+        for k, v in tensors.items():
+            if tuple(v.shape) != expected[k]:
+                raise UsageError(f"{src}: tensor {k} has shape {tuple(v.shape)}, config.json implies {expected[k]}")
+        state = {"step": 0, "tokens": 0, "imported_from": str(src.resolve()), "hf_architecture": (hf.get("architectures") or [None])[0],
+                 "chat": chat, "chat_template": vocab.chat.name if chat else None}
+        path = save_checkpoint(out, 0, cfg, tensors, state, tokenizer_file=tok, dtype=dtype,
+                               extra_json={TOKENIZER_FILES[3]: {**gen, "eos_token_id": list(eos) if len(eos) > 1 else eos[0]}})
+    write_manifest(out, Manifest(kind="checkpoint", stage="import", config={"model": cfg.to_dict(), "chat": chat},
+                                 inputs=[input_ref(src / "config.json")] + [input_ref(src / n) for n in TOKENIZER_FILES if (src / n).is_file()]
+                                 + [input_ref(p) for p in sorted(src.glob("*.safetensors"))],
+                                 outputs=[], counts={"tensors": len(tensors), "parameters": cfg.n_params()}))
+    return path

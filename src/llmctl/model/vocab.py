@@ -1,0 +1,164 @@
+"""How a checkpoint turns text into ids and back: its tokenizer and the special ids around it.
+
+A checkpoint keeps, beside its weights, the tokenizer files transformers reads
+(artifacts/checkpoint.py TOKENIZER_FILES): tokenizer.json always; for an imported model also
+tokenizer_config.json (special-token strings, the chat template), generation_config.json (the EOS
+ids generation stops on, one or several) and chat_template.jinja. `Vocab` reads them once, for
+eval, generate, rl and SFT alike:
+
+- `eos_ids`: generation_config.json's eos_token_id (what transformers' generate stops on), else
+  tokenizer_config.json's eos_token, else `<|endoftext|>` or a usual end-of-text name.
+- `add_bos`: a prompt starts with BOS exactly when the tokenizer's post-processor adds one, which
+  is what `tokenizer(text)` does in transformers 5 (a Llama or Llama 3 tokenizer: yes; Qwen: no).
+- `chat`: the template a chat model speaks. A template in the files wins (JinjaChat), unless it is
+  llmctl's own exported one; a tokenizer with llmctl's chat tokens and no template speaks llmctl's
+  (ChatTemplate); else there is none.
+- `stop_ids(chat)`: generation stops at any EOS id, and for a chat prompt first at the turn end.
+
+Text from users and data is always encoded as ordinary text: "<|endoftext|>" typed in a prompt
+stays characters. Only a rendered chat template has its special tokens parsed, as transformers does.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+from llmctl.artifacts.checkpoint import TOKENIZER_FILES
+from llmctl.errors import UsageError
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"{path}: not readable JSON ({e})") from e
+    return data if isinstance(data, dict) else {}
+
+
+def _token_text(value) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string or {"content": …}."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _ids(value) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+    return []
+
+
+def chat_source(folder: Path, tok_cfg: dict) -> str | None:
+    """The Jinja chat template of a model folder: chat_template.jinja, else tokenizer_config.json's
+    chat_template (a string, or a list of named templates: the "default" one)."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    source = tok_cfg.get("chat_template")
+    if isinstance(source, list):
+        source = next((t.get("template") for t in source if isinstance(t, dict) and t.get("name") == "default"), None)
+    return source if isinstance(source, str) and source.strip() else None
+
+
+class Vocab:
+    def __init__(self, path: str | Path):
+        from llmctl.data.tokenizer import encoder
+
+        p = Path(path)
+        self.folder = p if p.is_dir() else p.parent
+        self.tokenizer_file = self.folder / TOKENIZER_FILES[0] if p.is_dir() else p
+        if not self.tokenizer_file.is_file():
+            raise UsageError(f"{self.folder}: no tokenizer.json")
+        self.encoder = encoder(str(self.tokenizer_file))
+        self.tok = self.encoder.tok
+        self.size: int = self.tok.get_vocab_size(with_added_tokens=True)
+        self.tok_cfg = _read_json(self.folder / "tokenizer_config.json")
+        gen = _read_json(self.folder / "generation_config.json")
+        self.specials = {k: _token_text(self.tok_cfg.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
+
+        eos = _ids(gen.get("eos_token_id")) or self._id_list(self.specials["eos_token"])
+        if not eos and self.encoder.info.eos_id is not None:
+            eos = [self.encoder.info.eos_id]
+        self.eos_ids: tuple[int, ...] = tuple(dict.fromkeys(eos))
+        with_specials = self.tok.encode("a", add_special_tokens=True).ids
+        plain = self.tok.encode("a", add_special_tokens=False).ids
+        self.add_bos = len(with_specials) > len(plain) and with_specials[-len(plain):] == plain
+        bos = with_specials[0] if self.add_bos else None
+        if bos is None:
+            bos = next(iter(_ids(gen.get("bos_token_id")) or self._id_list(self.specials["bos_token"])), None)
+        if bos is None:  # llmctl's tokenizers: a conversation, like a document, starts after <|endoftext|>
+            bos = next(iter(self._id_list("<|endoftext|>")), None)
+        self.bos_id: int | None = bos
+        pad = _ids(gen.get("pad_token_id")) or self._id_list(self.specials["pad_token"]) or self._id_list("<|pad|>")
+        self.pad_id: int = pad[0] if pad else (self.eos_ids[0] if self.eos_ids else 0)
+        self.chat_source = chat_source(self.folder, self.tok_cfg)
+
+    def _id_list(self, token: str | None) -> list[int]:
+        i = self.tok.token_to_id(token) if token else None
+        return [] if i is None else [i]
+
+    # -- text ------------------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Ordinary ids of text: no BOS, no special token from the text itself."""
+        return self.encoder.encode_batch([text])[0]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.encoder.decode(ids)
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """A plain (non-chat) prompt: BOS when the tokenizer adds one, then the text."""
+        return ([self.bos_id] if self.add_bos else []) + self.encode(text)
+
+    @property
+    def doc_start(self) -> int:
+        """The id a scored context starts from: BOS for a model whose prompts get one, else the EOS
+        that precedes every document in pretraining (lm-eval's prefix token, likewise)."""
+        if self.add_bos:
+            return self.bos_id
+        return self.eos_ids[0] if self.eos_ids else (self.bos_id or 0)
+
+    # -- chat ------------------------------------------------------------------------------------
+
+    @cached_property
+    def chat(self):
+        """The chat template (ChatTemplate or JinjaChat), or None when the files hold none."""
+        from llmctl.data.chat import END, ChatTemplate
+        from llmctl.data.chat_jinja import JinjaChat
+
+        special = self.encoder.info.special
+        ours = ChatTemplate(self.tokenizer_file) if all(t in special for t in (END, "<|user|>", "<|assistant|>")) else None
+        if self.chat_source is None or (ours is not None and self.chat_source == ours.jinja):
+            return ours
+        return JinjaChat(self.chat_source, self.tok, self.specials, self.eos_ids, self.pad_id,
+                         where=f"{self.folder}: chat template")
+
+    def require_chat(self):
+        if self.chat is None:
+            raise UsageError(f"{self.folder}: the tokenizer has no chat template (no chat_template in "
+                             "tokenizer_config.json, no llmctl chat tokens)")
+        return self.chat
+
+    def stop_ids(self, chat: bool) -> tuple[int, ...]:
+        """What generation stops on: any EOS id; in a chat, the template's turn end first."""
+        if not chat:
+            return self.eos_ids
+        return tuple(dict.fromkeys((*self.require_chat().end_ids, *self.eos_ids)))
+
+    def speaks_chat(self, eos_ids: tuple[int, ...] | None = None) -> bool:
+        """Whether a model with these files ends its answers with the template's turn end: its
+        generation stops there (an instruct model's generation_config lists it among the EOS ids;
+        a base model's lists only the end of text, though its files may carry a template)."""
+        chat = self.chat
+        return chat is not None and bool(chat.end_ids) and chat.end_ids[0] in (eos_ids or self.eos_ids)
+
+    def engine(self, model, chat: bool, batch_size: int = 16):
+        from llmctl.model.generate import Engine
+
+        return Engine(model, self.encode, self.decode, self.stop_ids(chat), pad_id=self.pad_id, batch_size=batch_size)
