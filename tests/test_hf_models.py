@@ -334,3 +334,30 @@ def check_chat_export(run, out):
     assert back.config == ck.config and back.trainer_state["chat"] is True  # export -> import keeps the chat flag
     rows = ck.config.vocab_size  # every trained weight comes back; the padding rows past the tokenizer as zeros
     assert all(torch.equal(back.tensors[k][:rows], v[:rows]) for k, v in ck.tensors.items())
+
+
+def test_bring_your_own_model_import_sft_rl_export(releases, tmp_path):
+    """README's "Bring your own model" path on a Qwen2.5-shaped instruct release: import, SFT in its
+    own ChatML template (loss on the answers and <|im_end|>), RL, export, chat in transformers."""
+    src = releases["qwen2.5"]
+    llmctl("import", src, "-o", tmp_path / "ck", check=True)
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text("".join(json.dumps({"question": f"What is {a} plus {a % 7}?", "answer": f"#### {a + a % 7}"}) + "\n"
+                             for a in range(1, 60)))
+    llmctl("train", "--sft", chats, "--init", tmp_path / "ck", "-o", tmp_path / "sft", "--seq-len", "64", "--batch-tokens",
+           "512", "--micro-batch", "8", "--max-steps", "4", "--lr", "1e-3", "--threads", "1", check=True)
+    sft = load_checkpoint(tmp_path / "sft")
+    assert sft.trainer_state["chat"] is True and sft.trainer_state["chat_template"] == Vocab(src).chat.name
+    assert (sft.path / "tokenizer_config.json").is_file() and (sft.path / "generation_config.json").is_file()
+    llmctl("rl", tmp_path / "sft", "--prompts", chats, "-o", tmp_path / "rl", "--steps", "1", "--prompts-per-step", "2",
+           "-G", "2", "--max-new-tokens", "8", "--headroom-limit", "0", check=True)
+    llmctl("export", tmp_path / "rl", "-o", tmp_path / "hf", check=True)
+    hf = hf_model(tmp_path / "hf")
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert type(hf).__name__ == "Qwen2ForCausalLM" and tok.eos_token == "<|im_end|>"
+    assert hf.generation_config.eos_token_id == [2, 0]  # the turn end first, then the release's other EOS
+    msgs = [{"role": "user", "content": "What is 3 plus 3?"}]
+    prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    theirs = hf_greedy(hf, list(prompt), 8)
+    p = llmctl("generate", tmp_path / "rl", "-p", msgs[0]["content"], "--max-new-tokens", "8", "--json", check=True)
+    assert json.loads(p.stdout)[0]["completion"] == tok.decode([t for t in theirs if t not in (0, 2)])

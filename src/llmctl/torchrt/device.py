@@ -11,15 +11,22 @@ from contextlib import nullcontext
 
 import torch
 
+from llmctl.errors import UsageError
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError(f"device {name!r}: torch sees no CUDA GPU here (use --device cpu or auto)")
     if name == "cuda":
         return torch.device("cuda", local_rank)
-    return torch.device(name)
+    try:
+        return torch.device(name)
+    except RuntimeError as e:
+        raise UsageError(f"device {name!r}: {e} (auto, cpu or cuda)") from e
 
 
 def autocast(device: torch.device, dtype: str):
