@@ -1,4 +1,5 @@
-"""The docs artifact: Parquet and Arrow-stream round trips, foreign inputs, schema union."""
+"""The docs artifact: Parquet and Arrow-stream round trips, foreign inputs, schema union, the
+dataset card."""
 
 import gzip
 import io
@@ -8,8 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from llmctl.artifacts.card import CARD
 from llmctl.artifacts.docs import DocsSink, ShardWriter, open_docs_inputs, resolve_docs_inputs
 from llmctl.data.cat import CatConfig, run_cat
+from llmctl.data.filter import FilterConfig, run_filter
+from llmctl.runtime.options import RunOptions
 from llmctl.errors import UsageError
 
 ROWS = [
@@ -111,3 +115,32 @@ def _write(tmp_path):
     p = tmp_path / "in.parquet"
     pq.write_table(table(), p)
     return str(p)
+
+
+def test_every_docs_artifact_gets_a_dataset_card(tmp_path):
+    run_cat([_write(tmp_path)], str(tmp_path / "out"), CatConfig(rows_per_part=3))
+    card = (tmp_path / "out" / CARD).read_text(encoding="utf-8")
+    front = card.split("---\n")[1]
+    assert 'config_name: default' in front and 'path: "part-*.parquet"' in front and "rejected" not in front
+    assert "Kept: 4 documents" in card and str(tmp_path) not in card
+    run_cat([_write(tmp_path)], str(tmp_path / "again"), CatConfig(rows_per_part=3))
+    assert (tmp_path / "again" / CARD).read_text(encoding="utf-8") == card  # no time, no path: same run, same bytes
+    assert not list((tmp_path / "out").glob(".*tmp*"))
+    run_cat([_write(tmp_path)], str(tmp_path / "empty"), CatConfig(limit=0))
+    assert "Kept: 0 documents" in (tmp_path / "empty" / CARD).read_text(encoding="utf-8")
+    assert "refuses a split without rows" in (tmp_path / "empty" / CARD).read_text(encoding="utf-8")
+
+
+def test_a_resumed_stage_finishes_its_card_with_the_manifest(tmp_path):
+    out = tmp_path / "f"
+    cfg = FilterConfig(steps=[{"name": "pii"}])
+    run_filter([_write(tmp_path)], str(out), cfg, RunOptions(workers=1))
+    card = (out / CARD).read_bytes()
+    (out / "manifest.json").unlink()  # killed after the card, before the manifest
+    run_filter([_write(tmp_path)], str(out), cfg, RunOptions(workers=1))
+    assert (out / "manifest.json").is_file() and (out / CARD).read_bytes() == card
+    (out / CARD).unlink()  # a finished artifact re-run into (or one made before cards): the card comes back
+    run_filter([_write(tmp_path)], str(out), cfg, RunOptions(workers=1))
+    assert (out / CARD).read_bytes() == card
+    run_filter([_write(tmp_path)], str(out), cfg, RunOptions(workers=1, overwrite=True))
+    assert (out / CARD).read_bytes() == card
