@@ -1,4 +1,5 @@
-"""The docs artifact: Parquet and Arrow-stream round trips, foreign inputs, schema union."""
+"""The docs artifact: Parquet and Arrow-stream round trips, foreign inputs (Arrow files,
+save_to_disk folders), schema union, the dataset card."""
 
 import gzip
 import io
@@ -8,8 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llmctl.artifacts.docs import DocsSink, ShardWriter, open_docs_inputs, resolve_docs_inputs
+from llmctl.artifacts.card import CARD
+from llmctl.artifacts.docs import DocsSink, ShardWriter, open_docs_inputs, read_source, resolve_docs_inputs, row_count
 from llmctl.data.cat import CatConfig, run_cat
+from llmctl.data.filter import FilterConfig, run_filter
+from llmctl.runtime.options import RunOptions
 from llmctl.errors import UsageError
 
 ROWS = [
@@ -111,3 +115,88 @@ def _write(tmp_path):
     p = tmp_path / "in.parquet"
     pq.write_table(table(), p)
     return str(p)
+
+
+def _saved_layout(d, shards: list[tuple[str, list[str]]]):
+    """What datasets' `Dataset.save_to_disk` writes, made with pyarrow alone: Arrow IPC stream
+    files, dataset_info.json, and state.json listing the files in row order."""
+    d.mkdir(parents=True)
+    for name, texts in shards:
+        t = pa.table({"text": texts, "n": list(range(len(texts)))})
+        with pa.ipc.new_stream(d / name, t.schema) as w:
+            w.write_table(t, max_chunksize=2)
+    (d / "dataset_info.json").write_text(json.dumps({"features": {"text": {"dtype": "string", "_type": "Value"}}}))
+    (d / "state.json").write_text(json.dumps({"_data_files": [{"filename": n} for n, _ in shards], "_split": None}))
+    return str(d)
+
+
+def test_save_to_disk_folder_is_read_in_state_json_order(tmp_path):
+    # state.json, not the file names, says the order (here the reverse of sorting)
+    d = _saved_layout(tmp_path / "saved", [("data-00001-of-00002.arrow", ["c", "d", "e"]), ("data-00000-of-00002.arrow", ["a", "b"])])
+    sources = resolve_docs_inputs([d])
+    assert [(s.fmt, s.label) for s in sources] == [("arrow", "data-00001-of-00002.arrow"), ("arrow", "data-00000-of-00002.arrow")]
+    assert [row_count(s) for s in sources] == [3, 2]
+    rows = pa.Table.from_batches(list(open_docs_inputs([d]).batches)).to_pylist()
+    assert [r["text"] for r in rows] == ["c", "d", "e", "a", "b"]
+    assert rows[4] == {"id": "data-00000-of-00002.arrow/1", "text": "b", "n": 1}
+    # batches are streamed no larger than asked; `columns` keeps id and text
+    batches = list(read_source(sources[0], batch_rows=1, columns=[]))
+    assert [b.num_rows for b in batches] == [1, 1, 1] and batches[0].schema.names == ["id", "text"]
+
+
+def test_a_parent_folder_reads_saved_datasets_and_never_their_metadata_as_jsonl(tmp_path):
+    _saved_layout(tmp_path / "hf" / "saved", [("data-00000-of-00001.arrow", ["s"])])
+    pq.write_table(pa.table({"text": ["p"]}), tmp_path / "hf" / "train.parquet")
+    (tmp_path / "hf" / "dataset_infos.json").write_text("{}")  # a hub snapshot's metadata
+    sources = resolve_docs_inputs([str(tmp_path / "hf")])
+    assert [s.label for s in sources] == ["train.parquet", "saved/data-00000-of-00001.arrow"]
+
+
+def test_a_dataset_dict_folder_is_a_usage_error_naming_its_splits(tmp_path):
+    d = tmp_path / "dd"
+    _saved_layout(d / "train", [("data-00000-of-00001.arrow", ["a"])])
+    _saved_layout(d / "test", [("data-00000-of-00001.arrow", ["b"])])
+    (d / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}))
+    with pytest.raises(UsageError, match=r"DatasetDict \(splits: train, test\); give one split's folder"):
+        resolve_docs_inputs([str(d)])
+    assert len(resolve_docs_inputs([str(d / "test")])) == 1
+
+
+def test_arrow_ipc_file_format_and_garbage(tmp_path):
+    t = pa.table({"text": ["x", "y", "z"]})
+    with pa.ipc.new_file(tmp_path / "f.arrow", t.schema) as w:
+        w.write_table(t, max_chunksize=2)
+    rows = pa.Table.from_batches(list(open_docs_inputs([str(tmp_path / "f.arrow")]).batches)).to_pylist()
+    assert [r["id"] for r in rows] == ["f.arrow/0", "f.arrow/1", "f.arrow/2"]
+    (tmp_path / "bad.arrow").write_bytes(b"not arrow at all")
+    with pytest.raises(UsageError, match="unreadable"):
+        open_docs_inputs([str(tmp_path / "bad.arrow")])
+
+
+def test_every_docs_artifact_gets_a_dataset_card(tmp_path):
+    run_cat([_write(tmp_path)], str(tmp_path / "out"), CatConfig(rows_per_part=3))
+    card = (tmp_path / "out" / CARD).read_text(encoding="utf-8")
+    front = card.split("---\n")[1]
+    assert 'config_name: default' in front and 'path: "part-*.parquet"' in front and "rejected" not in front
+    assert "Kept: 4 documents" in card and str(tmp_path) not in card
+    run_cat([_write(tmp_path)], str(tmp_path / "again"), CatConfig(rows_per_part=3))
+    assert (tmp_path / "again" / CARD).read_text(encoding="utf-8") == card  # no time, no path: same run, same bytes
+    assert not list((tmp_path / "out").glob(".*tmp*"))
+    run_cat([_write(tmp_path)], str(tmp_path / "empty"), CatConfig(limit=0))
+    assert "Kept: 0 documents" in (tmp_path / "empty" / CARD).read_text(encoding="utf-8")
+    assert "refuses a split without rows" in (tmp_path / "empty" / CARD).read_text(encoding="utf-8")
+
+
+def test_a_resumed_stage_finishes_its_card_with_the_manifest(tmp_path):
+    out = tmp_path / "f"
+    cfg = FilterConfig(steps=[{"name": "pii"}])
+    run_filter([_write(tmp_path)], str(out), cfg, RunOptions(workers=1))
+    card = (out / CARD).read_bytes()
+    (out / "manifest.json").unlink()  # killed after the card, before the manifest
+    run_filter([_write(tmp_path)], str(out), cfg, RunOptions(workers=1))
+    assert (out / "manifest.json").is_file() and (out / CARD).read_bytes() == card
+    (out / CARD).unlink()  # a finished artifact re-run into (or one made before cards): the card comes back
+    run_filter([_write(tmp_path)], str(out), cfg, RunOptions(workers=1))
+    assert (out / CARD).read_bytes() == card
+    run_filter([_write(tmp_path)], str(out), cfg, RunOptions(workers=1, overwrite=True))
+    assert (out / CARD).read_bytes() == card

@@ -1,8 +1,9 @@
 """The docs artifact: Parquet shards (zstd) or an Arrow IPC stream when the path is `-`.
 
 This is the one reader and the one writer of documents. Readers accept our own artifacts and
-foreign data alike: any Parquet file, directory of Parquet files or JSONL(.gz) file with a
-`text` column (a Hugging Face dataset saved as Parquet, a datatrove JSONL output). When `id` is
+foreign data alike: any Parquet file, directory of Parquet files, Arrow IPC file, Hugging Face
+`save_to_disk` folder (artifacts/hf_saved.py) or JSONL(.gz) file with a `text` column (a Hugging
+Face dataset saved as Parquet or with save_to_disk, a datatrove JSONL output). When `id` is
 missing it is derived from the file name and row number, so it is stable across runs.
 
 Writers are atomic: rows go to a hidden temporary file that is renamed into place only when the
@@ -24,10 +25,12 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from llmctl.artifacts.atomic import STDIO, temp_name
+from llmctl.artifacts.hf_saved import METADATA_FILES, saved_dataset_files
 from llmctl.artifacts.manifest import MANIFEST, output_entry, read_manifest
 from llmctl.errors import UsageError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
+ARROW_SUFFIXES = (".arrow",)  # Arrow IPC, stream or file format: what datasets' save_to_disk writes
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
 COMPRESSION = "zstd"
 BATCH_ROWS = 8192
@@ -39,7 +42,7 @@ class DocsSource:
     argument the user gave, so ids do not depend on the working directory)."""
 
     path: str
-    fmt: str  # "parquet" | "jsonl"
+    fmt: str  # "parquet" | "arrow" | "jsonl"
     label: str
 
 
@@ -55,6 +58,8 @@ def _fmt(path: str) -> str | None:
     low = path.lower()
     if low.endswith(PARQUET_SUFFIXES):
         return "parquet"
+    if low.endswith(ARROW_SUFFIXES):
+        return "arrow"
     if low.endswith(JSONL_SUFFIXES):
         return "jsonl"
     return None
@@ -63,8 +68,9 @@ def _fmt(path: str) -> str | None:
 def resolve_docs_inputs(args: Iterable[str]) -> list[DocsSource]:
     """Expand the paths a user typed (files, directories, globs) into readable sources, in order.
 
-    A docs artifact directory contributes its parts in manifest order; any other directory its
-    Parquet/JSONL files sorted by path. `-` is not handled here: see `open_docs_inputs`.
+    A docs artifact directory contributes its parts in manifest order; a save_to_disk folder its
+    Arrow files in its own order; any other directory its Parquet/Arrow/JSONL files sorted by
+    path. `-` is not handled here: see `open_docs_inputs`.
     """
     sources: list[DocsSource] = []
     for arg in args:
@@ -76,7 +82,7 @@ def resolve_docs_inputs(args: Iterable[str]) -> list[DocsSource]:
         for m in matches:
             sources.extend(_sources_of(Path(m)))
     if not sources:
-        raise UsageError("no documents to read: the inputs hold no Parquet or JSONL files")
+        raise UsageError("no documents to read: the inputs hold no Parquet, Arrow or JSONL files")
     return sources
 
 
@@ -86,7 +92,7 @@ def _sources_of(p: Path) -> list[DocsSource]:
     if p.is_file():
         fmt = _fmt(p.name)
         if fmt is None:
-            raise UsageError(f"{p}: not a docs file (expected .parquet or .jsonl[.gz])")
+            raise UsageError(f"{p}: not a docs file (expected .parquet, .arrow or .jsonl[.gz])")
         return [DocsSource(str(p), fmt, p.name)]
     if (p / MANIFEST).is_file():
         m = read_manifest(p)
@@ -96,10 +102,16 @@ def _sources_of(p: Path) -> list[DocsSource]:
         return [DocsSource(str(p / f), _fmt(f) or "parquet", f) for f in files]
     found = []
     for root, dirs, files in os.walk(p):
+        here = Path(root)
+        saved = saved_dataset_files(here)
+        if saved is not None:  # a save_to_disk folder: its state.json says which files, in which order
+            dirs[:] = []
+            found.extend(DocsSource(str(here / f), "arrow", str((here / f).relative_to(p))) for f in saved)
+            continue
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "rejected")
         for name in sorted(files):
-            if not name.startswith(".") and _fmt(name):
-                full = Path(root) / name
+            if not name.startswith(".") and name not in METADATA_FILES and _fmt(name):
+                full = here / name
                 found.append(DocsSource(str(full), _fmt(name), str(full.relative_to(p))))
     return found
 
@@ -127,7 +139,7 @@ def _normalize(batch: pa.RecordBatch, source: DocsSource, first_row: int) -> pa.
 
 
 def read_source(source: DocsSource, batch_rows: int = BATCH_ROWS, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
-    """Yield normalized record batches of one source file. `columns` (Parquet only) reads just
+    """Yield normalized record batches of one source file. `columns` (Parquet, Arrow) reads just
     those columns plus `id` and `text`, for stages that need nothing else."""
     row = 0
     try:
@@ -135,6 +147,8 @@ def read_source(source: DocsSource, batch_rows: int = BATCH_ROWS, columns: list[
             pf = pq.ParquetFile(source.path)
             cols = None if columns is None else [c for c in pf.schema_arrow.names if c in {"id", "text", *columns}]
             batches = pf.iter_batches(batch_size=batch_rows, columns=cols)
+        elif source.fmt == "arrow":
+            batches = _arrow_batches(source.path, batch_rows, columns)
         else:
             batches = _jsonl_batches(source.path)
         for batch in batches:
@@ -146,6 +160,30 @@ def read_source(source: DocsSource, batch_rows: int = BATCH_ROWS, columns: list[
         raise UsageError(f"{source.path}: unreadable ({str(e).splitlines()[0]})") from e
 
 
+def _open_arrow(path: str) -> pa.ipc.RecordBatchStreamReader | pa.ipc.RecordBatchFileReader:
+    """An Arrow IPC file, memory-mapped so batches are read in place, not copied into memory:
+    the stream format (what datasets writes) or else the random-access file format."""
+    mapped = pa.memory_map(path)
+    try:
+        return pa.ipc.open_stream(mapped)
+    except pa.ArrowInvalid:
+        return pa.ipc.open_file(mapped)  # its own ArrowInvalid when the file is neither
+
+
+def _arrow_batches(path: str, batch_rows: int = BATCH_ROWS, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    reader = _open_arrow(path)
+    if isinstance(reader, pa.ipc.RecordBatchFileReader):
+        batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+    else:
+        batches = iter(reader)
+    keep = None if columns is None else [c for c in reader.schema.names if c in {"id", "text", *columns}]
+    for batch in batches:
+        if keep is not None:
+            batch = batch.select(keep)
+        for start in range(0, batch.num_rows, batch_rows):  # zero-copy slices, as Parquet's batches are sized
+            yield batch.slice(start, batch_rows)
+
+
 def _jsonl_batches(path: str) -> Iterator[pa.RecordBatch]:
     # open_json streams; block_size large enough for long web documents on one line.
     stream = pa.input_stream(path, compression="detect")
@@ -154,17 +192,23 @@ def _jsonl_batches(path: str) -> Iterator[pa.RecordBatch]:
 
 
 def row_count(source: DocsSource) -> int:
-    """Rows of one source: from Parquet metadata, or by reading a JSONL file through."""
+    """Rows of one source: from Parquet metadata, from the batch headers of a memory-mapped Arrow
+    file (the columns are not read), or by reading a JSONL file through."""
     if source.fmt == "parquet":
         return pq.ParquetFile(source.path).metadata.num_rows
+    if source.fmt == "arrow":
+        try:
+            return sum(b.num_rows for b in _arrow_batches(source.path, batch_rows=sys.maxsize))
+        except (pa.ArrowInvalid, OSError) as e:
+            raise UsageError(f"{source.path}: unreadable ({str(e).splitlines()[0]})") from e
     return sum(b.num_rows for b in read_source(source))
 
 
 def source_schema(source: DocsSource) -> pa.Schema:
     """Schema after normalization, without reading the data when the file format allows."""
-    if source.fmt == "parquet":
+    if source.fmt in ("parquet", "arrow"):
         try:
-            schema = pq.read_schema(source.path)
+            schema = pq.read_schema(source.path) if source.fmt == "parquet" else _open_arrow(source.path).schema
         except (pa.ArrowInvalid, OSError) as e:
             raise UsageError(f"{source.path}: unreadable ({str(e).splitlines()[0]})") from e
         empty = pa.RecordBatch.from_pylist([], schema=schema)

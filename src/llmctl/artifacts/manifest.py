@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from llmctl.artifacts.atomic import write_text
+from llmctl.artifacts.card import write_docs_card
 from llmctl import __version__
 
 MANIFEST = "manifest.json"
@@ -75,12 +76,17 @@ def input_ref(path: str | os.PathLike) -> dict:
 
 
 def write_manifest(out_dir: str | os.PathLike, manifest: Manifest) -> Path:
-    """Atomically write OUT/manifest.json; its presence is what marks an artifact complete."""
+    """Atomically write OUT/manifest.json; its presence is what marks an artifact complete.
+
+    Every docs stage finishes here, so this is also where a docs artifact gets its dataset card
+    (artifacts/card.py: what makes `datasets.load_dataset(OUT)` work), written just before."""
     out = Path(out_dir)
     if not manifest.created:
         manifest.created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if not manifest.command:
         manifest.command = list(sys.argv)
+    if manifest.kind == "docs":
+        write_docs_card(out, manifest.stage, manifest.outputs)
     return write_text(out / MANIFEST, manifest.to_json())
 
 
