@@ -2,7 +2,10 @@
 the eval CLI on a trained checkpoint, compare, malformed task files."""
 
 import json
+import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -117,6 +120,10 @@ def test_eval_cli_reports_scores_with_intervals(run, tokens, tmp_path):  # noqa:
         assert c["tasks"][0]["n"] == 30 and c["tasks"][0]["metric"] == metric and c["tasks"][0]["diff"] == 0
     p = llmctl("eval", "compare", tmp_path / "res2", tmp_path / "res3", "--metric", "acc_bogus")
     assert p.returncode == 2 and "acc_bogus" in p.stderr.decode()
+    # the table a person reads, in an 80-column terminal: no line wider, no header or number cut
+    p = subprocess.run([sys.executable, "-m", "llmctl", "eval", "compare", tmp_path / "res2", tmp_path / "res2"],
+                       capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}, check=True)
+    assert "acc_norm" in p.stderr and "…" not in p.stderr and max(map(len, p.stderr.splitlines())) <= 80
 
 
 def test_malformed_task_file_names_the_line(run, tmp_path):
