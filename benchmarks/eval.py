@@ -11,8 +11,8 @@ task files:
 
 1. agreement: the multiple-choice file through lm-evaluation-harness (HF backend, a local task
    config this script writes: `output_type: multiple_choice`, `target_delimiter: ""`) and through
-   `llmctl eval run -t mc:FILE`; per item, the option each side picks with acc (llmctl's `none`)
-   and acc_norm (llmctl's `per_char`). Then the first --gen-limit GSM8K problems, greedy, the same
+   `llmctl eval run -t mc:FILE`; per item, the option each side picks with acc and with acc_norm
+   (llmctl uses the harness's names: acc = sum of log-probs, acc_norm = per character). Then the first --gen-limit GSM8K problems, greedy, the same
    stop strings and max new tokens, through a `generate_until` task with two regex filters (the
    number after '####', else the last number) and through `llmctl eval run -t gsm8k:FILE`: per
    item, the completion text and the extracted answer.
@@ -391,29 +391,33 @@ def argmax_first(xs: list[float]) -> int:
     return max(range(len(xs)), key=xs.__getitem__)  # numpy.argmax's tie rule (the first maximum)
 
 
+MC_METRICS = ("acc", "acc_norm")  # the harness's two, which llmctl reports under the same names
+
+
 def compare_mc(h: dict, lm_rows: list[dict], lm_res: dict) -> dict:
     """Per item: the option each side picks with acc and with acc_norm."""
     hs = sorted((s for s in h["samples"] if s["filter"] == "none"), key=lambda s: s["doc_id"])
     assert len(hs) == len(lm_rows), (len(hs), len(lm_rows))
-    out = {"n": len(hs), "none": [], "per_char": [], "reproduced": 0, "max_dlp": 0.0, "min_margin": {}, "same_strings": 0}
-    margins = {"none": [], "per_char": []}
+    out = {"n": len(hs), **{m: [] for m in MC_METRICS}, "reproduced": 0, "max_dlp": 0.0, "min_margin": {}, "same_strings": 0}
+    margins = {m: [] for m in MC_METRICS}
     for s, row in zip(hs, lm_rows):
         lls = [r[0] for r in s["filtered_resps"]]
         choices = [a[1] for a in s["arguments"]]
         norm = [ll / len(c) for ll, c in zip(lls, choices)]  # the harness's acc_norm: ÷ characters of the choice
-        pick = {"none": argmax_first(lls), "per_char": argmax_first(norm)}
-        out["reproduced"] += (float(pick["none"] == s["target"]) == s["acc"]) and (float(pick["per_char"] == s["target"]) == s["acc_norm"])
+        values = {"acc": lls, "acc_norm": norm}
+        pick = {m: argmax_first(v) for m, v in values.items()}
+        out["reproduced"] += all(float(pick[m] == s["target"]) == s[m] for m in MC_METRICS)
         lm_lp = json.loads(row["logprobs"])
         out["max_dlp"] = max(out["max_dlp"], max(abs(a - b) for a, b in zip(lls, lm_lp)))
-        for norm_name, values in (("none", lls), ("per_char", norm)):
-            if pick[norm_name] != row[f"pred_{norm_name}"]:
-                out[norm_name].append({"item": s["doc_id"], "harness": pick[norm_name], "llmctl": row[f"pred_{norm_name}"], "values": values})
-            top = sorted(values, reverse=True)
-            margins[norm_name].append(top[0] - top[1])
+        for m in MC_METRICS:
+            if pick[m] != row[f"pred_{m}"]:
+                out[m].append({"item": s["doc_id"], "harness": pick[m], "llmctl": row[f"pred_{m}"], "values": values[m]})
+            top = sorted(values[m], reverse=True)
+            margins[m].append(top[0] - top[1])
     out["min_margin"] = {k: min(v) for k, v in margins.items()}
     res = h["results"]
     m = lm_res["tasks"][next(iter(lm_res["tasks"]))]["metrics"]
-    out["acc"] = {"none": (res["acc,none"], m["acc_none"]["mean"]), "per_char": (res["acc_norm,none"], m["acc_per_char"]["mean"])}
+    out["mean"] = {k: (res[f"{k},none"], m[k]["mean"]) for k in MC_METRICS}  # (harness, llmctl)
     return out
 
 
@@ -591,7 +595,7 @@ def main() -> None:
         first_L, first_H = runs[settings[0]]
         mcmp = compare_mc(first_H[-1], *llmctl_samples(first_L[-1]["out"]))
         all_runs = [(lm, h) for L, H in runs.values() for lm, h in zip(L, H)]
-        mc_total = sum(len(c["none"]) + len(c["per_char"]) for c in (compare_mc(h, *llmctl_samples(lm["out"])) for lm, h in all_runs))
+        mc_total = sum(len(c["acc"]) + len(c["acc_norm"]) for c in (compare_mc(h, *llmctl_samples(lm["out"])) for lm, h in all_runs))
 
         # 3. generation: KV cache vs recomputation, one llmctl process
         qs = [json.loads(ln)["question"] for ln in Path(gsm).read_text().splitlines() if ln.strip()][: args.gen_batch]
@@ -618,8 +622,8 @@ def main() -> None:
     agree = [
         "| task, decision | items | same on both | mismatches | llmctl acc | harness acc |",
         "|---|---|---|---|---|---|",
-        agree_row("multiple choice, `acc` (llmctl `none`: argmax ln P(o\\|x))", mcmp["n"], mcmp["none"], mcmp["acc"]["none"]),
-        agree_row("multiple choice, `acc_norm` (llmctl `per_char`: ÷ chars)", mcmp["n"], mcmp["per_char"], mcmp["acc"]["per_char"]),
+        agree_row("multiple choice, `acc` (argmax ln P(o\\|x))", mcmp["n"], mcmp["acc"], mcmp["mean"]["acc"]),
+        agree_row("multiple choice, `acc_norm` (argmax ln P(o\\|x) ÷ chars(o))", mcmp["n"], mcmp["acc_norm"], mcmp["mean"]["acc_norm"]),
         f"| GSM8K subset, extracted answer (greedy) | {gcmp['n']} | {gcmp['same_answer']} | **{gcmp['n'] - gcmp['same_answer']}** "
         f"| {gcmp['acc'][1]:.4f} | {gcmp['acc'][0]:.4f} |",
     ]
@@ -629,15 +633,15 @@ def main() -> None:
         ("GSM8K: llmctl finish reasons; truncated (hit max new tokens)", f"{gcmp['finish']}; {gcmp['truncated']}"),
         ("GSM8K: harness's own exact_match per filter", ", ".join(f"{k.split(',')[1]} {val:.4f}" for k, val in gcmp["harness_em"].items())),
         ("multiple choice: max \\|Δ ln P(o\\|x)\\| over all options (llmctl's samples keep 6 decimals)", f"{mcmp['max_dlp']:.2e}"),
-        ("multiple choice: smallest gap between the best two options (none / per_char)", f"{mcmp['min_margin']['none']:.2e} / {mcmp['min_margin']['per_char']:.2e}"),
+        ("multiple choice: smallest gap between the best two options (acc / acc_norm scores)", f"{mcmp['min_margin']['acc']:.2e} / {mcmp['min_margin']['acc_norm']:.2e}"),
         ("multiple choice: harness's own per-item acc / acc_norm reproduced from its log-likelihoods", f"{yes(mcmp['reproduced'] == mcmp['n'])} ({mcmp['reproduced']}/{mcmp['n']})"),
-        (f"multiple choice: mismatches summed over all {len(all_runs)} timed run pairs (both normalizations, every thread setting)", str(mc_total)),
+        (f"multiple choice: mismatches summed over all {len(all_runs)} timed run pairs (acc and acc_norm, every thread setting)", str(mc_total)),
     ]
     check_md = "\n".join(["| check | result |", "|---|---|"] + [f"| {k} | {val} |" for k, val in checks])
     differ = [f"item {d['item']}: harness {d['harness']!r} vs llmctl {d['llmctl']!r}; completions part at char {d['at_char']}: "
               f"{d['h_text']!r} / {d['l_text']!r}" for d in gcmp["differ"][:5]]
     differ += [f"mc item {d['item']} ({k}): harness picks {d['harness']}, llmctl {d['llmctl']}; harness scores {[round(x, 5) for x in d['values']]}"
-               for k in ("none", "per_char") for d in mcmp[k][:5]]
+               for k in MC_METRICS for d in mcmp[k][:5]]
     differ_md = ("Disagreements (first few):\n\n```\n" + "\n".join(differ) + "\n```\n") if differ else ""
 
     # --- speed table, multiple choice
@@ -670,7 +674,7 @@ def main() -> None:
     ])
     gen_runs = " / ".join(f"{u['seconds'] / c['seconds']:.1f}" for c, u in zip(gr[0::2], gr[1::2]))
 
-    mc_ok = not mcmp["none"] and not mcmp["per_char"] and mc_total == 0
+    mc_ok = not mcmp["acc"] and not mcmp["acc_norm"] and mc_total == 0
     gen_ok = gcmp["same_answer"] == gcmp["n"]
     speed_ok = all(meds[th]["h_in"] / meds[th]["lm_in"] >= 2 for th in settings)  # met only where every setting meets it
     kv_ok = u_s / c_s >= 5

@@ -2,7 +2,10 @@
 the eval CLI on a trained checkpoint, compare, malformed task files."""
 
 import json
+import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -87,21 +90,40 @@ def test_eval_cli_reports_scores_with_intervals(run, tokens, tmp_path):  # noqa:
                "-t", f"loss:{tokens / 'val'}", "--max-new-tokens", "8", "--pmi", "--json", check=True)
     res = json.loads(p.stdout)
     mc = res["tasks"]["mc:cloze"]
-    assert mc["n"] == 30 and set(mc["metrics"]) == {"acc", "acc_none", "acc_per_token", "acc_per_char", "acc_pmi"}
-    assert mc["metrics"]["acc"]["mean"] > 0.9  # " grain to town." is what this grammar says
-    a = mc["metrics"]["acc"]
+    # lm-evaluation-harness's names: acc is the plain sum of log-probs, acc_norm per character
+    assert mc["n"] == 30 and set(mc["metrics"]) == {"acc", "acc_norm", "acc_per_token", "acc_pmi"}
+    assert mc["headline"] == "acc_norm" and mc["reporting"]["normalization"] == "per_char"
+    assert mc["metrics"]["acc_norm"]["mean"] > 0.9  # " grain to town." is what this grammar says
+    a = mc["metrics"]["acc_norm"]
     assert a["interval"] == "wilson" and a["ci_low"] <= a["mean"] <= a["ci_high"]
     gen = res["tasks"]["gsm8k:sums"]
+    assert gen["headline"] == "acc" and set(gen["metrics"]) == {"acc"}
     assert gen["reporting"]["decoding"]["temperature"] == 0 and gen["reporting"]["truncated_generations"] >= 0
+    assert res["tasks"]["loss:val"]["headline"] == "bits_per_byte"
     assert 0 < res["tasks"][f"loss:val"]["metrics"]["bits_per_byte"]["mean"] < 8
     import pyarrow.parquet as pq
     rows = pq.read_table(out / "samples.parquet").to_pylist()
     assert len(rows) == 30 + 6 + res["tasks"]["loss:val"]["n"]
-    # the same run twice: compare says no difference
+    mc_rows = [r for r in rows if r["task"] == "mc:cloze"]
+    for m in ("acc", "acc_norm", "acc_per_token", "acc_pmi"):  # per item: each accuracy and the choice it picked
+        assert sum(r[m] for r in mc_rows) / 30 == pytest.approx(mc["metrics"][m]["mean"])
+        assert all(r[m] == float(r[f"pred_{m}"] == r["label"]) for r in mc_rows)
+    assert all(r["score"] == r["acc_norm"] for r in mc_rows)  # the headline's
+    # the same run twice, headlined by --norm: compare pairs a metric with itself only
     llmctl("eval", run / "run", "-o", tmp_path / "res2", "-t", f"mc:{run / 'cloze.jsonl'}", "-q", check=True)
     llmctl("eval", run / "run", "-o", tmp_path / "res3", "-t", f"mc:{run / 'cloze.jsonl'}", "--norm", "none", "-q", check=True)
-    c = json.loads(llmctl("eval", "compare", tmp_path / "res2", tmp_path / "res3", "--json", check=True).stdout)
-    assert c["tasks"][0]["n"] == 30
+    assert json.loads((tmp_path / "res3" / "results.json").read_text())["tasks"]["mc:cloze"]["headline"] == "acc"
+    p = llmctl("eval", "compare", tmp_path / "res2", tmp_path / "res3")
+    assert p.returncode == 2 and "A is scored by acc_norm, B by acc" in p.stderr.decode()
+    for metric in ("acc", "acc_norm"):
+        c = json.loads(llmctl("eval", "compare", tmp_path / "res2", tmp_path / "res3", "--metric", metric, "--json", check=True).stdout)
+        assert c["tasks"][0]["n"] == 30 and c["tasks"][0]["metric"] == metric and c["tasks"][0]["diff"] == 0
+    p = llmctl("eval", "compare", tmp_path / "res2", tmp_path / "res3", "--metric", "acc_bogus")
+    assert p.returncode == 2 and "acc_bogus" in p.stderr.decode()
+    # the table a person reads, in an 80-column terminal: no line wider, no header or number cut
+    p = subprocess.run([sys.executable, "-m", "llmctl", "eval", "compare", tmp_path / "res2", tmp_path / "res2"],
+                       capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}, check=True)
+    assert "acc_norm" in p.stderr and "…" not in p.stderr and max(map(len, p.stderr.splitlines())) <= 80
 
 
 def test_malformed_task_file_names_the_line(run, tmp_path):

@@ -229,3 +229,29 @@ def test_compare_bad_inputs(tmp_path):
     e = _results_dir(tmp_path / "e", [("t", 5, 1.0), ("t", 6, 0.0)])
     with pytest.raises(UsageError, match="0 item"):
         compare_results(a, e)
+
+
+def test_compare_pairs_a_metric_with_itself(tmp_path):
+    """Each task is compared on its headline (results.json); two runs headlined by different
+    normalizations are an error unless --metric names the per-item column to pair."""
+    def run(path, headline, acc, acc_norm):
+        path.mkdir()
+        (path / "results.json").write_text(json.dumps({"tasks": {"mc:x": {"headline": headline}, "gsm8k:y": {"headline": "acc"}}}))
+        score = acc if headline == "acc" else acc_norm
+        pq.write_table(pa.table({"task": ["mc:x"] * 4 + ["gsm8k:y"] * 2, "item": [0, 1, 2, 3, 0, 1],
+                                 "score": score + [1.0, 0.0], "acc": acc + [None, None], "acc_norm": acc_norm + [None, None]}),
+                       path / "samples.parquet")
+        return path
+
+    a = run(tmp_path / "a", "acc_norm", [1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0])
+    b = run(tmp_path / "b", "acc", [0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0])
+    with pytest.raises(UsageError, match="A is scored by acc_norm, B by acc"):
+        compare_results(a, b)
+    out = {r["task"]: r for r in compare_results(a, b, metric="acc")["tasks"]}
+    assert out["mc:x"]["metric"] == "acc" and out["mc:x"]["diff"] == pytest.approx(0.25)
+    assert out["gsm8k:y"]["metric"] == "acc" and out["gsm8k:y"]["diff"] == 0  # its headline is acc already
+    out = {r["task"]: r for r in compare_results(a, b, metric="acc_norm")["tasks"]}
+    assert out["mc:x"]["diff"] == pytest.approx(0.5) and out["gsm8k:y"]["metric"] == "acc"
+    assert compare_results(a, a)["tasks"][1]["metric"] == "acc_norm"
+    with pytest.raises(UsageError, match="--metric acc_pmi"):
+        compare_results(a, b, metric="acc_pmi")

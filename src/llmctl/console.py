@@ -55,10 +55,17 @@ class ConsoleProgress(Progress):
             self.bar = None
 
 
-def table(title: str, rows: list[tuple], headers: tuple = ("", "")) -> Table:
+def table(title: str, rows: list[tuple], headers: tuple = ("", ""), numeric: tuple[int, ...] = ()) -> Table:
+    """A table titled on the left. A text cell too wide for the terminal folds onto more lines
+    rather than ending in "…"; the `numeric` columns are right-aligned and never broken, so a
+    table whose numbers would not fit 80 columns has to be laid out narrower by its caller
+    (shorter headers, a legend, a second table)."""
     t = Table(title=title, title_justify="left", show_header=any(headers))
-    for h in headers:
-        t.add_column(str(h))
+    for i, h in enumerate(headers):
+        if i in numeric:
+            t.add_column(str(h), justify="right", no_wrap=True)
+        else:
+            t.add_column(str(h), overflow="fold")
     for r in rows:
         t.add_row(*[str(x) for x in r])
     return t

@@ -36,8 +36,8 @@ def eval_run(
     shots: Annotated[int, typer.Option("--shots", help="Solved examples before each item, drawn with --seed from the same file (never the item).")] = 0,
     seed: Annotated[int, typer.Option("--seed", help="Few-shot draw and sampling seed.")] = 0,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N items of each task.")] = None,
-    norm: Annotated[str, typer.Option("--norm", help="Headline normalization for multiple choice: none, per_token, per_char (acc_norm), pmi. none, per_token and per_char are always reported.")] = "per_char",
-    pmi: Annotated[bool, typer.Option("--pmi", help="Also report pmi (one more scoring pass: each choice after 'Answer:').")] = False,
+    norm: Annotated[str, typer.Option("--norm", help="Which multiple-choice accuracy is the task's headline (results.json 'headline', each item's score, what `eval compare` pairs): none = acc (sum of log-probs: lm-eval's acc), per_char = acc_norm (÷ characters: lm-eval's acc_norm), per_token = acc_per_token, pmi = acc_pmi. acc, acc_norm and acc_per_token are always reported.")] = "per_char",
+    pmi: Annotated[bool, typer.Option("--pmi", help="Also report acc_pmi (one more scoring pass: each choice after 'Answer:').")] = False,
     samples: Annotated[int, typer.Option("--samples", "-n", help="Generations per generative item (with --temperature > 0).")] = 1,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy.")] = 0.0,
     top_k: Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")] = 0,
@@ -75,12 +75,13 @@ def eval_run(
 def eval_compare(
     a: Annotated[str, typer.Argument(help="Results directory A.")],
     b: Annotated[str, typer.Argument(help="Results directory B.")],
+    metric: Annotated[Optional[str], typer.Option("--metric", help="Compare this per-item score (acc, acc_norm, acc_per_token, acc_pmi) on the tasks that have it, instead of each task's headline.")] = None,
     json_: Json = False,
 ) -> None:
     """Paired difference A − B per task: its SE, z, 95% interval, and the questions needed to detect it."""
     from llmctl.eval.compare import compare_results
 
-    r = compare_results(a, b)
+    r = compare_results(a, b, metric)
     if flags(False, json_)[1]:
         print_json(r)
     else:

@@ -9,7 +9,7 @@ import typer
 
 from llmctl.cli import render
 from llmctl.cli.options import Json, Quiet, flags
-from llmctl.console import print_json, table
+from llmctl.console import print_json
 from llmctl.errors import UsageError
 
 app = typer.Typer()
@@ -61,7 +61,7 @@ def plan(
         if as_json:
             print_json({k: h.summary() for k, h in hw_table.items()})
         else:
-            render.stdout().print(table("accelerators (dense peaks)", hardware_rows(hw_table), headers=HARDWARE_HEADERS))
+            render.hardware_list(hardware_rows(hw_table), HARDWARE_HEADERS)
         return
     if (model is None) == (hf_config is None):
         raise UsageError("give one of --model PRESET|TOML or --hf-config config.json")

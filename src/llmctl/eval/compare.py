@@ -1,7 +1,9 @@
 """Paired comparison of two eval runs (`llmctl eval compare A B`, spec 001-data-eval §A11).
 
-Each results directory holds ``results.json`` and ``samples.parquet`` (one row per item per task,
-columns ``task``, ``item``, ``score``). Items are joined on (task, item); per task we report the
+Each results directory holds ``results.json`` (which names each task's headline metric) and
+``samples.parquet`` (one row per item per task, columns ``task``, ``item``, ``score`` = the headline
+metric's, and for multiple choice one column per accuracy: ``acc``, ``acc_norm``, …). Items are
+joined on (task, item); per task we report the
 paired difference with its SE, z and 95% interval, McNemar counts for 0/1 scores, and how many
 questions would be needed to detect the observed gap (α 0.05, power 0.8).
 """
@@ -20,8 +22,13 @@ Z95 = 1.96
 REQUIRED_COLUMNS = ("task", "item", "score")
 
 
-def load_samples(results_dir: str | Path) -> dict[str, dict[int, float]]:
-    """{task: {item: score}} from a results directory; UsageError naming what is wrong."""
+def load_samples(results_dir: str | Path, metric: str | None = None) -> tuple[dict[str, dict[int, float]], dict[str, str | None]]:
+    """({task: {item: score}}, {task: the metric those scores are}) from a results directory.
+
+    A task's scores are its headline metric's (the `score` column; results.json names the metric,
+    None for results written before it did), or, with `metric`, that per-item column for the tasks
+    that have it (multiple choice keeps one per normalization: acc, acc_norm, …). UsageError naming
+    what is wrong."""
     import pyarrow.parquet as pq
 
     d = Path(results_dir)
@@ -29,24 +36,33 @@ def load_samples(results_dir: str | Path) -> dict[str, dict[int, float]]:
         if not (d / name).is_file():
             raise UsageError(f"{d}: not an eval results directory (no {name})")
     try:
-        json.loads((d / "results.json").read_text(encoding="utf-8"))
+        results = json.loads((d / "results.json").read_text(encoding="utf-8"))
         table = pq.read_table(d / "samples.parquet")
     except (OSError, ValueError) as e:
         raise UsageError(f"{d}: unreadable results ({e})") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
     if missing:
         raise UsageError(f"{d / 'samples.parquet'}: missing column(s) {', '.join(missing)}")
+    tasks = results.get("tasks", {}) if isinstance(results, dict) else {}
+    names = list(REQUIRED_COLUMNS) + ([metric] if metric in table.column_names and metric not in REQUIRED_COLUMNS else [])
+    cols = table.select(names).to_pydict()
+    rows: dict[str, list[tuple[int, float, float | None]]] = {}
+    for k, (task, item, score) in enumerate(zip(cols["task"], cols["item"], cols["score"])):
+        rows.setdefault(str(task), []).append((int(item), score, cols[metric][k] if metric in cols else None))
     out: dict[str, dict[int, float]] = {}
-    cols = table.select(list(REQUIRED_COLUMNS)).to_pydict()
-    for task, item, score in zip(cols["task"], cols["item"], cols["score"]):
-        items = out.setdefault(str(task), {})
-        if int(item) in items:
-            raise UsageError(f"{d / 'samples.parquet'}: task {task!r} item {item} appears twice")
-        items[int(item)] = float(score)
-    return out
+    named: dict[str, str | None] = {}
+    for task, task_rows in rows.items():
+        use = metric is not None and all(v is not None for _, _, v in task_rows)  # the task has that column
+        named[task] = metric if use else (tasks.get(task) or {}).get("headline")
+        items = out.setdefault(task, {})
+        for item, score, value in task_rows:
+            if item in items:
+                raise UsageError(f"{d / 'samples.parquet'}: task {task!r} item {item} appears twice")
+            items[item] = float(value if use else score)
+    return out, named
 
 
-def compare_task(task: str, a: dict[int, float], b: dict[int, float]) -> dict:
+def compare_task(task: str, a: dict[int, float], b: dict[int, float], metric: str | None = None) -> dict:
     """One row of the comparison: the paired statistics over items scored in both runs."""
     common = sorted(a.keys() & b.keys())
     if len(common) < 2:
@@ -59,6 +75,7 @@ def compare_task(task: str, a: dict[int, float], b: dict[int, float]) -> dict:
     counts = mcnemar_counts(sa, sb) if binary else dict.fromkeys(("a_only", "b_only", "both", "neither"))
     return {
         "task": task,
+        "metric": metric,
         "n": n,
         "only_a": len(a.keys() - b.keys()),
         "only_b": len(b.keys() - a.keys()),
@@ -76,21 +93,31 @@ def compare_task(task: str, a: dict[int, float], b: dict[int, float]) -> dict:
     }
 
 
-def compare_results(dir_a: str | Path, dir_b: str | Path) -> dict:
+def compare_results(dir_a: str | Path, dir_b: str | Path, metric: str | None = None) -> dict:
     """Compare run A against run B task by task (differences are A - B).
 
+    Each task is compared on its headline metric, which must be the same in both runs (one run
+    scored with --norm per_char and the other with --norm none would pair acc_norm with acc), or,
+    with `metric`, on that per-item column for the tasks that have it in both runs.
+
     Returns {"a": str, "b": str, "tasks": [row, ...]} with rows sorted by task, each
-    {task, n, only_a, only_b, mean_a, mean_b, diff, se, z, ci_low, ci_high, binary,
+    {task, metric, n, only_a, only_b, mean_a, mean_b, diff, se, z, ci_low, ci_high, binary,
     a_only, b_only, both, neither, var_d, questions_needed}:
-    n items scored in both runs (means, diff and SE are over these), only_a / only_b items scored
-    in one run only (reported, not compared); McNemar counts (a_only = A right and B wrong, …)
-    are None for non-binary scores; var_d is the per-item Var(D) (McNemar form for 0/1 scores,
-    sample variance otherwise); questions_needed is None when the observed gap is 0.
+    metric names the scores compared (None for results that do not say); n items scored in both
+    runs (means, diff and SE are over these), only_a / only_b items scored in one run only
+    (reported, not compared); McNemar counts (a_only = A right and B wrong, …) are None for
+    non-binary scores; var_d is the per-item Var(D) (McNemar form for 0/1 scores, sample variance
+    otherwise); questions_needed is None when the observed gap is 0.
     Tasks present in only one run raise UsageError."""
-    sa, sb = load_samples(dir_a), load_samples(dir_b)
+    (sa, ma), (sb, mb) = load_samples(dir_a, metric), load_samples(dir_b, metric)
     if sa.keys() != sb.keys():
         only_a, only_b = sorted(sa.keys() - sb.keys()), sorted(sb.keys() - sa.keys())
         raise UsageError(f"runs cover different tasks: only in A {only_a}, only in B {only_b}")
     if not sa:
         raise UsageError(f"{dir_a}: samples.parquet has no rows")
-    return {"a": str(dir_a), "b": str(dir_b), "tasks": [compare_task(t, sa[t], sb[t]) for t in sorted(sa)]}
+    if metric is not None and metric not in ma.values():
+        raise UsageError(f"--metric {metric}: no task of {dir_a} has per-item {metric} scores")
+    for t in sorted(sa):
+        if ma[t] and mb[t] and ma[t] != mb[t]:
+            raise UsageError(f"task {t}: A is scored by {ma[t]}, B by {mb[t]}; pick one with --metric (e.g. --metric {ma[t]})")
+    return {"a": str(dir_a), "b": str(dir_b), "tasks": [compare_task(t, sa[t], sb[t], ma[t] or mb[t]) for t in sorted(sa)]}

@@ -4,6 +4,11 @@ Writes RESULTS/results.json (every score with n, standard error and a 95% interv
 reporting line of spec 001-data-eval §A11/§F: task, prompt format, shots, normalization, decoding
 settings, seed, llmctl version), RESULTS/samples.parquet (one row per item, so two runs can be
 compared paired: `llmctl eval compare A B`) and a manifest.
+
+Multiple-choice accuracies carry lm-evaluation-harness's names, so the two tools' tables read
+alike: `acc` (sum of log-probs), `acc_norm` (per character), and ours `acc_per_token`, `acc_pmi`.
+Each task names its `headline` metric (multiple choice: the one `--norm` picks; generative: `acc`;
+loss: `bits_per_byte`); each item's `score` in samples.parquet is that metric's.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from llmctl.artifacts.tokens import TokenDataset
 from llmctl.errors import UsageError
 from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
-from llmctl.eval.score import argmax_first, encode_pair, normalized_scores, score_items
+from llmctl.eval.score import METRIC_OF_NORM, argmax_first, encode_pair, normalized_scores, score_items
 from llmctl.eval.tasks import TaskSpec, gen_extract, gen_prompt, gen_stop, load_items, prompt_format
 from llmctl.model.generate import SamplingParams
 from llmctl.model.vocab import Vocab
@@ -37,7 +42,7 @@ from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.device import pick_device
 from llmctl.torchrt.rundir import RunDir
 
-NORMS = ("none", "per_token", "per_char", "pmi")
+NORMS = ("none", "per_char", "per_token", "pmi")  # acc, acc_norm (the harness's two) first
 PMI_CONTEXT = "Answer:"  # ln P(o | "Answer:") is what pmi subtracts (§A10)
 
 
@@ -46,7 +51,7 @@ class EvalConfig:
     shots: int = 0
     seed: int = 0
     limit: int | None = None  # first N items of each task
-    norm: str = "per_char"  # the normalization of the headline mc accuracy
+    norm: str = "per_char"  # the normalization of the headline mc accuracy (per_char: acc_norm)
     pmi: bool = False  # also score pmi: one more pass, every choice after "Answer:" (on when norm = pmi)
     batch_tokens: int = 4096  # tokens per scoring forward pass
     samples: int = 1  # generations per generative item
@@ -107,7 +112,8 @@ class Evaluator:
                    "loss": {"value": s["loss"], "n": s["tokens"]}, "perplexity": {"value": s["perplexity"], "n": s["tokens"]}}
         reporting = {"windows": len(windows), "seq_len": seq_len, "tokens": s["tokens"], "bytes": s["bytes"]}
         samples = [{"task": spec.name, "item": i, "score": v} for i, v in enumerate(bpw)]
-        return {"kind": "loss", "file": spec.path, "n": len(bpw), "metrics": metrics, "reporting": reporting}, samples
+        return {"kind": "loss", "file": spec.path, "n": len(bpw), "headline": "bits_per_byte", "metrics": metrics,
+                "reporting": reporting}, samples
 
     def _multiple_choice(self, spec: TaskSpec, items: list[MCItem]) -> tuple[dict, list[dict]]:
         c = self.cfg
@@ -124,28 +130,29 @@ class Evaluator:
         base = score_items(self.model, uncond, c.batch_tokens, on_batch=self.progress.advance) if with_pmi else None
         self.progress.finish()
         norms = NORMS if with_pmi else NORMS[:3]
-        samples, per_norm = [], {n: [] for n in norms}
+        headline = METRIC_OF_NORM[c.norm]
+        samples, per_metric = [], {METRIC_OF_NORM[n]: [] for n in norms}
         for i, (item, res) in enumerate(zip(items, scored)):
             uncond_lp = [lp0 for lp0, _ in base[i]] if base else [0.0] * len(res)
             values = normalized_scores([lp for lp, _ in res], [n for _, n in res],
                                        [len(cont) for _, cont in item.pairs], uncond_lp)
-            values = {n: values[n] for n in norms}
             row = {"task": spec.name, "item": i, "label": item.label}
-            for norm, v in values.items():
-                pred = argmax_first(v)
-                row[f"pred_{norm}"] = pred
-                row[f"acc_{norm}"] = float(pred == item.label)
-                per_norm[norm].append(row[f"acc_{norm}"])
-            row["score"] = row[f"acc_{c.norm}"]
+            for norm in norms:  # per item, each accuracy and the choice it picked, under the metric's name
+                metric, pred = METRIC_OF_NORM[norm], argmax_first(values[norm])
+                row[f"pred_{metric}"] = pred
+                row[metric] = float(pred == item.label)
+                per_metric[metric].append(row[metric])
+            row["score"] = row[headline]  # what `eval compare` pairs
             row["logprobs"] = json.dumps([round(lp, 6) for lp, _ in res])
             samples.append(row)
-        metrics = {"acc": summarize_scores(per_norm[c.norm])}
-        metrics.update({f"acc_{n}": summarize_scores(v) for n, v in per_norm.items()})
+        metrics = {m: summarize_scores(v) for m, v in per_metric.items()}
+        argmax = {"none": "ln P(o|x)", "per_token": "ln P(o|x) / tokens(o)", "per_char": "ln P(o|x) / chars(o)",
+                  "pmi": f'ln P(o|x) - ln P(o|"{PMI_CONTEXT}")'}
         reporting = {"formulation": "cloze" if spec.kind != "mmlu" else "multiple-choice letters",
                      "shots": c.shots, "seed": c.seed, "normalization": c.norm,
-                     "normalizations": {k: v for k, v in {"none": "ln P(o|x)", "per_token": "ln P(o|x)/tokens(o)",
-                                        "per_char": "ln P(o|x)/chars(o)", "pmi": f'ln P(o|x) - ln P(o|"{PMI_CONTEXT}")'}.items() if k in norms}}
-        return {"kind": spec.kind, "file": spec.path, "n": len(items), "metrics": metrics, "reporting": reporting}, samples
+                     "definitions": {METRIC_OF_NORM[n]: f"share of items where argmax_o {argmax[n]} is the gold choice" for n in norms}}
+        return {"kind": spec.kind, "file": spec.path, "n": len(items), "headline": headline, "metrics": metrics,
+                "reporting": reporting}, samples
 
     def _generative(self, spec: TaskSpec, items) -> tuple[dict, list[dict]]:
         c = self.cfg
@@ -192,7 +199,8 @@ class Evaluator:
                      "shots": c.shots, "seed": c.seed, "decoding": params.describe(), "samples_per_item": c.samples,
                      "answer_extraction": f"{extract}, else last_number; numbers canonicalized",
                      "truncated_generations": truncated}
-        return {"kind": spec.kind, "file": spec.path, "n": len(items), "metrics": metrics, "reporting": reporting}, samples
+        return {"kind": spec.kind, "file": spec.path, "n": len(items), "headline": "acc", "metrics": metrics,
+                "reporting": reporting}, samples
 
     @property
     def device(self):

@@ -164,11 +164,16 @@ def _score_items(model, items, max_tokens, pad_id, on_batch):
     return results
 
 
+# lm-evaluation-harness's names for the accuracy each normalization gives: its `acc` is the plain
+# sum of log-probs and its `acc_norm` the per-character score; the other two are not in the harness
+METRIC_OF_NORM = {"none": "acc", "per_token": "acc_per_token", "per_char": "acc_norm", "pmi": "acc_pmi"}
+
+
 def normalized_scores(logprobs: list[float], tokens: list[int], chars: list[int],
                       uncond: list[float]) -> dict[str, list[float]]:
     """The four cloze normalizations of spec 001-data-eval §A10, one score per choice:
-    none = ln P(o|x); per_token = ÷ tokens(o); per_char = ÷ chars(o) (acc_norm);
-    pmi = ln P(o|x) − ln P(o|"Answer:")."""
+    none = ln P(o|x) (the harness's acc); per_token = ÷ tokens(o); per_char = ÷ chars(o) (the
+    harness's acc_norm); pmi = ln P(o|x) − ln P(o|"Answer:"). METRIC_OF_NORM names their accuracies."""
     return {
         "none": list(logprobs),
         "per_token": [lp / max(1, n) for lp, n in zip(logprobs, tokens)],
