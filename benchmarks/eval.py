@@ -244,7 +244,7 @@ def gen_child(spec_file: str) -> None:
     encode = lambda s: tok.encode(s, add_special_tokens=False).ids  # noqa: E731
     decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
     eos = tok.token_to_id("<|endoftext|>") or 0
-    # eos_id=None and no stop strings: every row runs to max_new_tokens
+    # no stop ids and no stop strings: every row runs to max_new_tokens
     engine = Engine(model, encode, decode, stop_ids=(), pad_id=eos, batch_size=len(spec["prompts"]))
     params = SamplingParams(max_new_tokens=spec["new_tokens"], temperature=0.0, stop=())
     engine.generate(spec["prompts"], SamplingParams(max_new_tokens=4))  # warm-up: allocator, kernels
@@ -744,7 +744,7 @@ positions are ones whose log-probabilities are used, and only there do the head 
 {ops_md}
 
 **Generation** (`llmctl.model.generate.Engine`): {args.gen_batch} GSM8K prompts ({', '.join(map(str, gres['prompt_tokens']))} tokens) in one batch,
-greedy, {args.gen_tokens} new tokens each (`eos_id=None`, no stop strings: every row runs to the end), the KV
+greedy, {args.gen_tokens} new tokens each (no stop ids, no stop strings: every row runs to the end), the KV
 cache (`generate(..., use_cache=True)`: batched prefill, then one token per row per step) against
 `use_cache=False` (each step recomputes each row's whole sequence, row by row), one process, {args.repeat}
 interleaved runs after a 4-token warm-up of each, medians, tokens/s = new tokens ÷ wall time of the
