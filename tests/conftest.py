@@ -35,3 +35,8 @@ def llmctl(*args: str, input: bytes | None = None, check: bool = False, cwd=None
     if check and proc.returncode != 0:
         raise AssertionError(f"llmctl {' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stderr.decode()}")
     return proc
+
+
+def pytest_addoption(parser):
+    parser.addoption("--trials", type=int, default=5,
+                     help="tests/test_faults.py: kill -9 a run this many times before it may finish (default 5)")

@@ -5,17 +5,28 @@ Everything is written under a hidden temporary name in the same directory — `.
 (plus the suffix a writer insists on, e.g. numpy's `.npy`) — and renamed into place with
 `os.replace`, which is atomic within one filesystem. A killed writer leaves only such hidden
 names, which `remove_stale_temps` (or a shard's own clean-up) deletes on the next run.
+
+Before the rename the temporary file (or every file of a temporary directory) is fsync'd, and
+after it the directory holding the name: a name only ever points at bytes that reached the disk,
+and a full disk (ENOSPC, EFBIG, EDQUOT, EIO), whether a write or the flush reports it, fails the
+write with the temporary deleted — never a short file under its final name. `disk_error` turns
+such an OSError into the one-line failure the CLI prints (exit 1).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from llmctl.errors import UsageError
+from llmctl.artifacts.lock import is_lock
+from llmctl.errors import StageFailed, UsageError
+
+DISK_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EFBIG: "file too large for the device or its limit",
+               errno.EDQUOT: "disk quota exceeded", errno.EIO: "input/output error", errno.EROFS: "read-only file system"}
 
 STDIO = "-"  # the path that means "a stream on stdin/stdout" instead of a directory
 
@@ -36,12 +47,94 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     _remove(tmp)
     try:
         yield tmp
+        sync_tree(tmp)
     except BaseException:
         _remove(tmp)
         raise
     if tmp.is_dir() and final.is_dir():  # re-writing a directory (a checkpoint step saved twice)
         shutil.rmtree(final)
     os.replace(tmp, final)
+    sync_dir(final.parent)
+
+
+def sync_file(path: str | os.PathLike) -> None:
+    """fsync a written file by name (what a library writer such as pyarrow or safetensors closed)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_dir(path: str | os.PathLike) -> None:
+    """fsync a directory, so a rename in it survives a crash. Filesystems that cannot (some
+    network mounts) say EINVAL; the rename itself is still atomic there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def sync_tree(path: Path) -> None:
+    """fsync a file, or every file and directory under a directory."""
+    if not path.exists():
+        return
+    if path.is_dir():
+        for p in sorted(path.rglob("*")):
+            if p.is_file():
+                sync_file(p)
+        for d in [*sorted(p for p in path.rglob("*") if p.is_dir()), path]:
+            sync_dir(d)
+    else:
+        sync_file(path)
+
+
+# How writers that are not Python file objects report the same errors: pyarrow (an OSError
+# without errno), safetensors (Rust's io::Error in the text), torch.save (a RuntimeError).
+_DISK_TEXT = {"No space left on device": errno.ENOSPC, "StorageFull": errno.ENOSPC, "code: 28": errno.ENOSPC,
+              "Errno 28]": errno.ENOSPC, "File too large": errno.EFBIG, "FileTooLarge": errno.EFBIG,
+              "code: 27": errno.EFBIG, "Errno 27]": errno.EFBIG, "Disk quota exceeded": errno.EDQUOT,
+              "file write failed": errno.EIO, "os error 28": errno.ENOSPC, "os error 27": errno.EFBIG}
+
+
+def check_write(path: str | os.PathLike, error: BaseException) -> None:
+    """After a library writer failed on `path` with an error that does not say why (torch.save's
+    "unexpected pos"), ask the disk: appending one byte to the file fails with the errno it ran
+    into when it is full (ENOSPC) or at a size limit (EFBIG). Raise that, else `error` itself."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    except OSError:
+        raise error
+    try:
+        os.write(fd, b"\0")
+    except OSError as e:
+        if e.errno in DISK_ERRNOS:
+            raise OSError(e.errno, os.strerror(e.errno), str(path)) from error
+        raise error
+    finally:
+        os.close(fd)
+    raise error
+
+
+def disk_error(e: BaseException | str) -> StageFailed | None:
+    """The one-line failure for an error (or a worker's error text) that means the disk, not the
+    input, failed; else None."""
+    code = e.errno if isinstance(e, OSError) and e.errno in DISK_ERRNOS else None
+    if code is None and not isinstance(e, (UsageError, StageFailed)):
+        code = next((c for text, c in _DISK_TEXT.items() if text in str(e)), None)
+    if code is None:
+        return None
+    name = getattr(e, "filename", None)
+    where = f" writing {name}" if name else ""
+    return StageFailed(f"{DISK_ERRNOS[code]}{where} (errno {errno.errorcode[code]}); nothing partial was "
+                       "left under a final name: free space and re-run to resume")
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -63,15 +156,26 @@ def remove_stale_temps(out_dir: Path) -> None:
         _remove(p)
 
 
+def entries(out: Path) -> list[str]:
+    """The names in OUT that belong to an artifact (not its lock file)."""
+    return sorted(p.name for p in out.iterdir() if not is_lock(p.name)) if out.is_dir() else []
+
+
+def clear_dir(out: Path) -> None:
+    """Empty OUT for --overwrite, keeping the lock file this command holds on it."""
+    for name in entries(out):
+        _remove(out / name)
+
+
 def prepare_new_out(out: str | os.PathLike, overwrite: bool) -> None:
     """An output directory for a single-process command: it must be new or empty, or go with
-    --overwrite (then it is removed). `-` (a stream) needs nothing."""
+    --overwrite (then it is emptied). `-` (a stream) needs nothing."""
     if str(out) == STDIO:
         return
     p = Path(out)
     if p.exists() and overwrite:
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
-    if p.exists() and (not p.is_dir() or any(p.iterdir())):
+        clear_dir(p) if p.is_dir() else p.unlink()
+    if p.exists() and (not p.is_dir() or entries(p)):
         raise UsageError(f"output {p} already exists; use --overwrite to replace it")
 
 

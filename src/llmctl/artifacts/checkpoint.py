@@ -26,7 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from llmctl.artifacts.atomic import atomic_path, write_text
+from llmctl.artifacts.atomic import atomic_path, check_write, write_text
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
 
@@ -72,7 +72,10 @@ def save_checkpoint(
         save_file(model_tensors(config, model_state, dtype), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         config.save(tmp / "config.json")
         if optimizer_state is not None:
-            torch.save(optimizer_state, tmp / "optimizer.pt")
+            try:
+                torch.save(optimizer_state, tmp / "optimizer.pt")
+            except RuntimeError as e:  # torch says "unexpected pos" on a full disk: ask the disk
+                check_write(tmp / "optimizer.pt", e)
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=2) + "\n")
         if tokenizer_file is not None and Path(tokenizer_file).is_file():
             copy_tokenizer_files(Path(tokenizer_file), tmp)

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from llmctl.artifacts.atomic import STDIO, temp_name
+from llmctl.artifacts.atomic import STDIO, sync_dir, sync_file, temp_name
 from llmctl.artifacts.hf_saved import METADATA_FILES, saved_dataset_files
 from llmctl.artifacts.manifest import MANIFEST, output_entry, read_manifest
 from llmctl.errors import UsageError
@@ -322,8 +322,15 @@ class ShardWriter:
         self.rows += data.num_rows
 
     def close(self) -> Path:
-        self._writer.close()
-        os.replace(self.tmp, self.path)
+        """Finish, fsync and rename the shard; on any failure (a full disk) the temporary goes."""
+        try:
+            self._writer.close()
+            sync_file(self.tmp)
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self.tmp.unlink(missing_ok=True)
+            raise
+        sync_dir(self.path.parent)
         return self.path
 
     def abort(self) -> None:

@@ -72,7 +72,18 @@ def input_ref(path: str | os.PathLike) -> dict:
         }
     if p.is_file():
         return {"path": str(p.resolve()), "kind": "file", "bytes": p.stat().st_size, "sha256": file_sha256(p)}
+    if p.is_dir():  # a folder of files (Parquet, JSONL, a save_to_disk dataset): named by its files' contents
+        files = sorted(f for f in p.rglob("*") if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts))
+        listing = hashlib.sha256("".join(f"{f.relative_to(p)}\0{file_sha256(f)}\n" for f in files).encode()).hexdigest()
+        return {"path": str(p.resolve()), "kind": "dir", "files": len(files), "listing_sha256": listing}
     return {"path": str(p.resolve()), "kind": "dir"}
+
+
+def input_identity(ref: dict) -> dict:
+    """What names an input's content in an `inputs` entry: its path and its hash (a manifest's,
+    a file's, or a folder's listing). A resumed run must have the same (runtime/sharded.py, train)."""
+    keep = ("path", "kind", "manifest_sha256", "sha256", "listing_sha256")
+    return {k: ref[k] for k in keep if k in ref}
 
 
 def write_manifest(out_dir: str | os.PathLike, manifest: Manifest) -> Path:

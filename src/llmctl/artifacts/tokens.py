@@ -8,13 +8,14 @@ serves a document, or a window at any global token offset, without copying the c
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from llmctl.artifacts.atomic import temp_name
+from llmctl.artifacts.atomic import sync_dir, temp_name
 from llmctl.artifacts.manifest import read_manifest
 from llmctl.errors import UsageError
 
@@ -33,8 +34,11 @@ def write_shard(bin_path: Path, idx_path: Path, docs: Sequence[Sequence[int]], e
 
 class TokenShardWriter:
     """Streams documents into one shard, batch by batch, so a shard never has to fit in memory:
-    `add` appends to temporary files; a clean exit from the `with` block renames them into place,
-    an exception deletes them (nothing half-written is ever visible)."""
+    `add` appends to temporary files; a clean exit from the `with` block checks that each file
+    holds exactly the bytes meant, fsyncs it and renames it into place, and any failure (a full
+    disk included) deletes them: nothing half-written is ever visible. The arrays are written
+    through Python's file objects, which raise on a short write; numpy's `tofile` lost its
+    buffer's tail on a full disk without a word."""
 
     def __init__(self, bin_path: Path, idx_path: Path, eos: int, dtype: np.dtype):
         self.eos, self.dtype = eos, np.dtype(dtype)
@@ -50,8 +54,8 @@ class TokenShardWriter:
         for d, start, end in zip(docs, starts.tolist(), ends.tolist()):
             flat[start : end - 1] = d  # one C-level copy (and cast) per document
         flat[ends - 1] = self.eos
-        flat.tofile(self.files[0])
-        (starts + self.n_tokens).tofile(self.files[1])
+        self.files[0].write(memoryview(flat).cast("B"))
+        self.files[1].write(memoryview(starts + self.n_tokens).cast("B"))
         self.n_docs += len(docs)
         self.n_tokens += len(flat)
 
@@ -59,13 +63,30 @@ class TokenShardWriter:
         return self
 
     def __exit__(self, exc_type, *_) -> None:
-        for f in self.files:
-            f.close()
-        for path, tmp in self.paths:
+        committed = False
+        try:
             if exc_type is None:
-                os.replace(tmp, path)
-            else:
-                tmp.unlink(missing_ok=True)
+                meant = (self.n_tokens * self.dtype.itemsize, self.n_docs * 8)
+                for f, size, (path, _) in zip(self.files, meant, self.paths):
+                    f.flush()
+                    os.fsync(f.fileno())
+                    on_disk = os.fstat(f.fileno()).st_size
+                    if on_disk != size:
+                        raise OSError(errno.EIO, f"{on_disk} bytes on disk where {size} were meant", str(path))
+                    f.close()
+                for path, tmp in self.paths:
+                    os.replace(tmp, path)
+                committed = True
+                sync_dir(self.paths[0][0].parent)
+        finally:
+            if not committed:
+                for f in self.files:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass  # the write already failed; its temporary goes next
+                for _, tmp in self.paths:
+                    tmp.unlink(missing_ok=True)
 
 
 class TokenDataset:

@@ -1,6 +1,7 @@
 """The `llmctl` command line: the app, its global flags, and `main()`, which turns every way a
 command can end into an exit code (docs/design.md §3): 0 ok; 1 the run failed; 2 usage error (one
 line, no traceback); 128+n on signal n (130 on Ctrl-C); 141 when the reader of stdout went away.
+A full or failing disk (ENOSPC, EFBIG, EDQUOT, EIO) is exit 1 with one line.
 
 The commands live in one module per family and each only parses, builds its config, calls one
 stage function and renders (`render.py`). What they show goes to stderr, except the artifact
@@ -20,6 +21,7 @@ from llmctl import __version__
 from llmctl.cli import data, decontam, filter, inspect, plan, rl, tokenize, train
 from llmctl.cli import eval as evaluate
 from llmctl.cli.options import G, Json, Quiet
+from llmctl.artifacts.atomic import disk_error
 from llmctl.console import err
 from llmctl.errors import Interrupted, StageFailed, UsageError
 
@@ -94,6 +96,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(141)
     except Interrupted as e:
         _fail(128 + e.signum, str(e))
+    except Exception as e:  # a full or failing disk is a failed run, said in one line
+        failed = disk_error(e)
+        if failed is None:
+            raise
+        _fail(1, str(failed))
     except (KeyboardInterrupt, typer.Abort):
         _fail(130, "interrupted")
 

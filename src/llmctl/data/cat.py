@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 from llmctl.artifacts.atomic import STDIO, prepare_new_out
+from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.docs import DocsSink, open_docs_inputs
 from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
 from llmctl.errors import UsageError
@@ -25,6 +26,11 @@ class CatConfig:
 
 
 def run_cat(inputs: list[str], out: str, cfg: CatConfig, progress: Progress | None = None, stdin=None, stdout=None) -> Manifest:
+    with output_lock(out):
+        return _run_cat(inputs, out, cfg, progress, stdin, stdout)
+
+
+def _run_cat(inputs: list[str], out: str, cfg: CatConfig, progress: Progress | None, stdin, stdout) -> Manifest:
     progress = progress or Progress()
     if cfg.limit is not None and cfg.limit < 0:
         raise UsageError("-n must be >= 0")

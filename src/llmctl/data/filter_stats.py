@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.docs import open_docs_inputs
 from llmctl.errors import UsageError
 from llmctl.runtime.progress import Progress
@@ -135,6 +136,11 @@ def file_name(stat: str) -> str:
 def write_histograms(inputs: list[str], out_dir: str, bins: int = 50, progress: Progress | None = None) -> list[Path]:
     """Write OUT_DIR/<step>.<statistic>.png for every stats column of an annotated docs input, and
     OUT_DIR/summary.json; return the PNG paths in column order."""
+    with output_lock(out_dir):
+        return _write_histograms(inputs, out_dir, bins, progress)
+
+
+def _write_histograms(inputs: list[str], out_dir: str, bins: int, progress: Progress | None) -> list[Path]:
     progress = progress or Progress()
     if bins < 1:
         raise UsageError(f"--bins must be >= 1, got {bins}")

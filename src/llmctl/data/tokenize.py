@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmctl.artifacts.docs import DocsSource, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count
-from llmctl.artifacts.atomic import prepare_new_out
+from llmctl.artifacts.atomic import atomic_path, prepare_new_out
+from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, write_manifest
 from llmctl.artifacts.tokens import TokenShardWriter, token_dtype
 from llmctl.data import tokenizer as bpe
@@ -41,10 +42,15 @@ STAGE = "tokenize"
 
 
 def train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig, progress: Progress | None = None) -> Manifest:
-    progress = progress or Progress()
-    t0 = time.perf_counter()
     if out == STDIO:
         raise UsageError("a tokenizer is written to a directory, not to '-'")
+    with output_lock(out):
+        return _train_tokenizer(inputs, out, cfg, progress)
+
+
+def _train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig, progress: Progress | None) -> Manifest:
+    progress = progress or Progress()
+    t0 = time.perf_counter()
     prepare_new_out(out, cfg.overwrite)
     sources = resolve_docs_inputs(inputs)
     # Raw input files are hashed for the manifest while the text is read and the trainer runs
@@ -63,7 +69,8 @@ def train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig, 
         input_refs = refs.result()
     Path(out).mkdir(parents=True, exist_ok=True)
     path = Path(out) / "tokenizer.json"
-    tok.save(str(path))
+    with atomic_path(path) as tmp:
+        tok.save(str(tmp))
     meta = bpe.info(tok, path)
     config = asdict(cfg)
     config.update(vocab_size_actual=meta.vocab_size, special=meta.special, eos_id=meta.eos_id)

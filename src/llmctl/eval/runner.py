@@ -40,6 +40,7 @@ from llmctl.runtime.progress import Progress
 from llmctl.tasks import GenScoring, MCItem, chat_messages, fewshot_prefix
 from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.device import pick_device
+from llmctl.torchrt import rundir
 from llmctl.torchrt.rundir import RunDir
 
 NORMS = ("none", "per_char", "per_token", "pmi")  # acc, acc_norm (the harness's two) first
@@ -211,6 +212,12 @@ def run_eval(checkpoint: str, tasks: list[TaskSpec], out: Path, cfg: EvalConfig,
              progress: Progress | None = None, overwrite: bool = False) -> Manifest:
     if not tasks:
         raise UsageError("no --task given (e.g. --task mc:examples/tasks/cloze.jsonl)")
+    with rundir.lock(out):
+        return _run_eval(checkpoint, tasks, out, cfg, progress, overwrite)
+
+
+def _run_eval(checkpoint: str, tasks: list[TaskSpec], out: Path, cfg: EvalConfig, progress: Progress | None,
+              overwrite: bool) -> Manifest:
     run_dir = RunDir(out, resumable=False)
     run_dir.check(overwrite=overwrite)  # eval's own files are replaced atomically at the end
     started = time.perf_counter()

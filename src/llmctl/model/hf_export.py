@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 
 from llmctl.artifacts.atomic import atomic_path, prepare_new_out
 from llmctl.artifacts.checkpoint import TOKENIZER_FILES, copy_tokenizer_files, load_checkpoint
+from llmctl.artifacts.lock import output_lock
 from llmctl.errors import UsageError
 from llmctl.model.hf_layout import hf_config, hf_state_dict
 from llmctl.model.vocab import Vocab
@@ -48,7 +49,13 @@ def tokenizer_config(vocab: Vocab, chat: bool, max_len: int) -> dict:
 
 
 def export_hf(checkpoint: str | Path, out: Path, overwrite: bool = False) -> Path:
-    """Write `out` whole or not at all (built under a temporary name, then renamed)."""
+    """Write `out` whole or not at all (built under a temporary name, then renamed; locked beside
+    it, since a directory holding a lock file could not be renamed onto)."""
+    with output_lock(out, beside=True):
+        return _export_hf(checkpoint, Path(out), overwrite)
+
+
+def _export_hf(checkpoint: str | Path, out: Path, overwrite: bool) -> Path:
     ckpt = load_checkpoint(checkpoint)
     cfg = ckpt.config
     prepare_new_out(out, overwrite)

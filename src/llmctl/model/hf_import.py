@@ -23,6 +23,7 @@ import torch
 
 from llmctl.artifacts.atomic import prepare_new_out
 from llmctl.artifacts.checkpoint import TOKENIZER_FILES, save_checkpoint
+from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
@@ -79,6 +80,11 @@ def generation_config(src: Path, hf: dict) -> dict:
 def import_hf(src: str | Path, out: str | Path, chat: bool | None = None, overwrite: bool = False) -> Path:
     """Write `out/step-000000/` (and `out/latest`, `out/manifest.json`) from a Hugging Face model
     directory: config.json, model.safetensors (single or sharded), tokenizer.json (+ its siblings)."""
+    with output_lock(out):
+        return _import_hf(Path(src), Path(out), chat, overwrite)
+
+
+def _import_hf(src: Path, out: Path, chat: bool | None, overwrite: bool) -> Path:
     from llmctl.model.transformer import Transformer
 
     src, out = Path(src), Path(out)

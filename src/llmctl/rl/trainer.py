@@ -56,6 +56,7 @@ from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequenc
 from llmctl.torchrt import distributed
 from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
+from llmctl.torchrt import rundir
 from llmctl.torchrt.rundir import TRAINING_RUN, RunDir
 
 
@@ -481,5 +482,5 @@ class RLTrainer:
 
 
 def run_rl(init: str, prompts: str, out: Path, cfg: RLConfig, **kw) -> Manifest:
-    with distributed.session(distributed.init(cfg.device)):  # init: a no-op outside torchrun
+    with rundir.lock(out), distributed.session(distributed.init(cfg.device)):  # init: a no-op outside torchrun
         return RLTrainer(init, prompts, out, cfg, **kw).run()

@@ -5,7 +5,11 @@ artifact directory; this module does the rest:
 
 - resume: a finished shard leaves `.shards/NAME.json` (its stats) after its files were renamed
   into place, so a re-run into the same OUT skips it; `--overwrite` starts over;
-- safety: OUT's recorded config must match, so a resumed run never mixes two configs;
+- safety: OUT records what made its shards — the config and every input's identity (a manifest's
+  or a file's sha256, a plain directory's listing) — and a run whose config or inputs differ stops
+  with exit 2 naming what changed, so a resumed run never mixes two configs or two inputs; when
+  the manifest is written, shard files it does not list are removed;
+- one writer: the run holds OUT's lock (artifacts/lock.py) from the first check to the manifest;
 - outside schedulers: `--shard-index/--num-shards` run a subset; the manifest is written by
   whichever job finds every shard finished; jobs of one array may start into OUT at once, so a
   job only clears the temporary files of its own shards;
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -30,9 +35,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from llmctl.artifacts.atomic import STDIO, remove_stale_temps, write_text
+from llmctl.artifacts.atomic import STDIO, clear_dir, disk_error, entries, remove_stale_temps, write_text
 from llmctl.artifacts.docs import DocsSink, unify_schemas
-from llmctl.artifacts.manifest import Manifest, output_entry, write_manifest
+from llmctl.artifacts.lock import output_lock
+from llmctl.artifacts.manifest import Manifest, input_identity, output_entry, write_manifest
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, TaskResult, current_backend, run_tasks
 from llmctl.runtime.options import RunOptions, executor_scope
@@ -79,29 +85,66 @@ def config_digest(stage: str, config: dict) -> str:
     return hashlib.sha256(json.dumps([stage, config], sort_keys=True, default=str).encode()).hexdigest()
 
 
-def prepare_out(out: Path, stage: str, digest: str, overwrite: bool, clean_temps: bool = True) -> None:
-    """Check OUT's recorded config (or start it). `clean_temps=False` when other jobs may be
+def run_identity(stage: str, config: dict, inputs: list[dict]) -> dict:
+    """What made OUT's shards: the stage, its config's digest, each input's identity."""
+    ident = {"stage": stage, "config": config_digest(stage, config), "inputs": [input_identity(r) for r in inputs]}
+    ident["digest"] = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+    return ident
+
+
+def _what_changed(recorded: dict, ident: dict) -> str:
+    if recorded.get("config") != ident["config"] or "inputs" not in recorded:
+        return f"a different {recorded.get('stage', '?')} config"
+    old, new = recorded["inputs"], ident["inputs"]
+    if len(old) != len(new):
+        return f"{len(old)} input(s), not these {len(new)}"
+    for i, (a, b) in enumerate(zip(old, new), 1):
+        if a != b:
+            how = "another input" if a.get("path") != b.get("path") else "the same path with other content"
+            return f"{how}: input {i} was {a.get('path')}, now {b.get('path')}"
+    return "other inputs"
+
+
+def prepare_out(out: Path, stage: str, ident: dict, overwrite: bool, clean_temps: bool = True) -> None:
+    """Check what made OUT's shards (or start it). `clean_temps=False` when other jobs may be
     writing into OUT at the same time (a slice of an array): their temporary files are live."""
     run_file = out / SHARDS_DIR / RUN_FILE
-    if out.exists() and overwrite:
-        shutil.rmtree(out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"output {out} exists and is not a directory")
-    entries = [p.name for p in out.iterdir()] if out.is_dir() else []
-    starting = entries == [SHARDS_DIR] and not run_file.exists()  # another job of the array is creating OUT right now
-    if entries and not starting:
+    if out.exists() and overwrite:
+        clear_dir(out)
+    names = entries(out)
+    starting = names == [SHARDS_DIR] and not run_file.exists()  # another job of the array is creating OUT right now
+    if names and not starting:
         if not run_file.exists():
             raise UsageError(f"output {out} is not empty and was not written by llmctl {stage}; use --overwrite")
-        recorded = json.loads(run_file.read_text())
-        if recorded.get("digest") != digest:
-            raise UsageError(
-                f"output {out} holds shards made with a different {recorded.get('stage', '?')} config; "
-                "use --overwrite to start over"
-            )
+        try:
+            recorded = json.loads(run_file.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise UsageError(f"{run_file} is unreadable ({e}); use --overwrite to start over") from e
+        if recorded.get("digest") != ident["digest"]:
+            raise UsageError(f"output {out} holds shards made from {_what_changed(recorded, ident)}; "
+                             "use --overwrite to start over, or another -o")
     (out / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
     if clean_temps:
         remove_stale_temps(out)
-    write_text(run_file, json.dumps({"stage": stage, "digest": digest}))  # atomic: array jobs read it concurrently
+    write_text(run_file, json.dumps(ident, sort_keys=True))  # atomic: array jobs read it concurrently
+
+
+def remove_unlisted(out: Path, outputs: list[dict]) -> list[str]:
+    """Delete shard files in OUT that the manifest does not list but are named like those it does
+    (`part-00007.parquet` left by an earlier run over more input): only the listed ones are the
+    artifact. Returns the names removed."""
+    listed = {o["file"] for o in outputs}
+    families = {(str(Path(f).parent), re.sub(r"\d+", "#", Path(f).name)) for f in listed}
+    removed = []
+    for p in sorted(out.rglob("*")):
+        rel = str(p.relative_to(out))
+        if p.is_file() and rel not in listed and not p.name.startswith(".") and SHARDS_DIR not in p.parts \
+                and (str(Path(rel).parent), re.sub(r"\d+", "#", p.name)) in families:
+            p.unlink()
+            removed.append(rel)
+    return removed
 
 
 def remove_task_temps(out: Path, names: set[str]) -> None:
@@ -141,14 +184,21 @@ def run_sharded(
 ) -> Manifest:
     """Run a sharded stage into `out` (a directory, or `-` for an Arrow stream on stdout)."""
     progress = progress or Progress()
+    streaming = out == STDIO
+    sliced = opts.num_shards > 1 and not streaming
+    with output_lock(out, slice_=(opts.shard_index, opts.num_shards) if sliced else None, enabled=not streaming):
+        return _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, stdout, schema, unit)
+
+
+def _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, stdout, schema, unit) -> Manifest:
     t0 = time.perf_counter()
-    digest = config_digest(stage, config)
+    ident = run_identity(stage, config, inputs)
     streaming = out == STDIO
     tmp = tempfile.TemporaryDirectory(prefix=f"llmctl-{stage}-") if streaming else None
     work = Path(tmp.name) if streaming else Path(out)
     try:
         sliced = opts.num_shards > 1 and not streaming
-        prepare_out(work, stage, digest, opts.overwrite and not streaming, clean_temps=not sliced)
+        prepare_out(work, stage, ident, opts.overwrite and not streaming, clean_temps=not sliced)
         mine = select_shard(tasks, opts.shard_index, opts.num_shards) if not streaming else tasks
         done = {t.name for t in mine if (work / SHARDS_DIR / f"{t.name}.json").exists()}
         todo = [t for t in mine if t.name not in done]
@@ -172,6 +222,8 @@ def run_sharded(
         if sink:
             sink.close()
         failed = [r for r in results if not r.ok]
+        if failed and all(disk_error(r.error) for r in failed):  # the disk, not the data: one line says it
+            raise disk_error(failed[0].error)
         for r in failed:
             progress.log(f"{stage}: shard {r.name} failed: {r.error}")
         manifest = _manifest(stage, kind, work, tasks, results, config, inputs, time.perf_counter() - t0)
@@ -182,6 +234,8 @@ def run_sharded(
             )
         all_done = all((work / SHARDS_DIR / f"{t.name}.json").exists() for t in tasks)
         if not streaming and all_done:
+            for name in remove_unlisted(work, manifest.outputs):
+                progress.log(f"{stage}: removed {name}, a shard of an earlier run that this manifest does not list")
             write_manifest(work, manifest)
         if opts.strict and manifest.counts.get("errors"):
             raise StageFailed(f"{manifest.counts['errors']} damaged input record(s) skipped (--strict)")

@@ -6,6 +6,7 @@ and eval (docs/design.md §2 for the files, §3 for output preparation).
     checkpoints/     step-NNNNNN/ and `latest` (artifacts/checkpoint.py)
     manifest.json    written last: its presence marks the run complete
 
+The caller holds OUT's lock around the whole run (`lock`: rank 0 only under torchrun).
 A new run needs OUT to be new or empty, or --overwrite, which removes the entries this kind of
 run writes (and nothing else in OUT). --resume needs a checkpoint, and a saved config.json that
 agrees with this command's on the keys the caller names; resuming drops the metrics records past
@@ -16,11 +17,13 @@ alone touches the disk, and barriers keep the other ranks from running ahead of 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 from llmctl.artifacts import checkpoint as ckpt_io
-from llmctl.artifacts.atomic import write_text
+from llmctl.artifacts.atomic import entries, write_text
+from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, write_manifest
 from llmctl.errors import UsageError
 from llmctl.torchrt import distributed
@@ -33,7 +36,13 @@ def truncate_metrics(path: Path, step: int) -> None:
     """Drop a run's metrics records past `step` (on resume those steps are about to run again)."""
     if not path.is_file():
         return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["step"] <= step:
+                keep.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            pass  # a line cut short by a crash or a full disk
     write_text(path, "".join(line + "\n" for line in keep))
 
 
@@ -57,6 +66,21 @@ class Metrics:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def lock(out: str | Path):
+    """OUT's lock for a train, rl or eval run: taken by rank 0 (torchrun's RANK), the one that writes."""
+    return output_lock(out, enabled=int(os.environ.get("RANK", "0")) == 0)
+
+
+def _changed(key: str, old, new) -> str:
+    """What differs between a saved run's `key` and this command's, in words."""
+    if key == "inputs" and isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new), 1):
+            if a != b:
+                what = "another input" if a.get("path") != b.get("path") else "the same path with other content"
+                return f"{what}: input {i} was {a.get('path')}, now {b.get('path')}"
+    return f"the {key} differs from this command's"
 
 
 class RunDir:
@@ -86,7 +110,7 @@ class RunDir:
         """The usage errors, touching nothing: a new run needs OUT new, empty or --overwrite; --resume
         needs a checkpoint, and config.json's saved values of the keys in `expect` must be these."""
         if not resume:
-            if self.out.exists() and any(self.out.iterdir()) and not overwrite:
+            if entries(self.out) and not overwrite:
                 hint = ": pass --resume to continue it or --overwrite to start over" if self.resumable else " (pass --overwrite)"
                 raise UsageError(f"{self.out} is not empty{hint}")
             return
@@ -97,7 +121,8 @@ class RunDir:
             prev = json.loads(saved.read_text())
             for key, value in expect.items():
                 if prev.get(key) != value:
-                    raise UsageError(f"--resume: the {key} in {saved} differs from this command's")
+                    raise UsageError(f"--resume: {_changed(key, prev.get(key), value)} ({saved}); "
+                                     "use --overwrite to start over, or another -o")
 
     def has_checkpoint(self) -> bool:
         return (self.checkpoints / ckpt_io.LATEST).is_file()

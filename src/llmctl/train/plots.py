@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llmctl.artifacts.lock import output_lock
 from llmctl.errors import UsageError
 
 # (file name, title, the metrics records' key, y-axis label, log scale)
@@ -53,6 +54,11 @@ def _save(fig, ax, path: Path, title: str, xlabel: str, ylabel: str, log: bool, 
 
 
 def plot_run(run: Path, out: Path) -> list[Path]:
+    with output_lock(out):
+        return _plot_run(run, out)
+
+
+def _plot_run(run: Path, out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -31,7 +31,7 @@ import torch
 
 from llmctl import __version__
 from llmctl.artifacts import checkpoint as ckpt_io
-from llmctl.artifacts.manifest import Manifest
+from llmctl.artifacts.manifest import Manifest, input_identity
 from llmctl.errors import Interrupted, StageFailed, UsageError
 from llmctl.model.config import ModelConfig
 from llmctl.model.transformer import Transformer
@@ -40,6 +40,7 @@ from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.device import DTYPES, autocast
 from llmctl.torchrt.distributed import Dist
 from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
+from llmctl.torchrt import rundir
 from llmctl.torchrt.rundir import RunDir
 from llmctl.train.config import TrainConfig
 from llmctl.train.mfu import peak_flops
@@ -146,7 +147,9 @@ class Trainer:
             raise UsageError(f"train: {self.batch_seqs} sequences per batch do not split over {self.dist.world} ranks")
         self.total_steps = math.ceil(cfg.max_tokens / cfg.batch_tokens)
         self.run_dir = RunDir(out, self.dist)
-        self.run_dir.prepare(resume, overwrite, expect={"model": self.model_cfg.to_dict()})
+        # what a resumed run must share with the one it continues: the architecture and the data
+        self.inputs = [input_identity(r) for r in source.manifest(None)[1]]
+        self.run_dir.prepare(resume, overwrite, expect={"model": self.model_cfg.to_dict(), "inputs": self.inputs})
         self.amp = autocast(self.dist.device, cfg.dtype)
 
     # -- set-up ------------------------------------------------------------------------------
@@ -202,7 +205,7 @@ class Trainer:
         model, opt, state = self._build()
         metrics = self.run_dir.metrics(state["step"])
         self.run_dir.write_json("config.json", {
-            "model": self.model_cfg.to_dict(), "train": asdict(c), **self.source.describe(), "world_size": d.world,
+            "model": self.model_cfg.to_dict(), "train": asdict(c), **self.source.describe(), "inputs": self.inputs, "world_size": d.world,
             "n_params": self.model_cfg.n_params(), "llmctl_version": __version__})
         self.source.start(self.model_cfg.padded_vocab)
         flops_per_token = self.model_cfg.flops_per_token(c.seq_len)
@@ -317,9 +320,10 @@ class Trainer:
 
 def fit(source: BatchSource, out: Path, model_cfg: ModelConfig, cfg: TrainConfig, **kw) -> Manifest:
     """Train on `source` (under torchrun: in its process group, torn down after the run)."""
-    trainer = Trainer(source, out, model_cfg, cfg, **kw)
-    with distributed.session(trainer.dist):
-        return trainer.run()
+    with rundir.lock(out):
+        trainer = Trainer(source, out, model_cfg, cfg, **kw)
+        with distributed.session(trainer.dist):
+            return trainer.run()
 
 
 def run_train(tokens: Path, out: Path, model_cfg: ModelConfig, cfg: TrainConfig, val: Path | None = None,

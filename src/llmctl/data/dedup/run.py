@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, row_count, source_schema, spool_stdin
 from llmctl.artifacts.atomic import atomic_path
+from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
@@ -44,7 +45,7 @@ from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, run_tasks
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.options import RunOptions, executor_scope
-from llmctl.runtime.sharded import config_digest, prepare_out, run_sharded
+from llmctl.runtime.sharded import prepare_out, run_identity, run_sharded
 
 STAGE = "dedup"
 METHODS = ("url", "exact", "minhash")  # attribution order: the cheapest explanation wins
@@ -387,6 +388,12 @@ def _is_frequent(h: int, frequent: np.ndarray) -> bool:
 
 
 def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
+    """Its four phases under one lock on OUT (run_sharded's, for the last phase, is the same lock)."""
+    with output_lock(out):
+        return _run_dedup(inputs, out, cfg, opts, progress)
+
+
+def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | None, progress: Progress | None) -> Manifest:
     cfg.check()
     t0 = time.perf_counter()
     opts = opts or RunOptions()
@@ -397,11 +404,12 @@ def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | 
     # --executor reaches the sign and pairs phases too
     with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-dedup-") as tmp:
         sources = spool_stdin(tmp) if inputs == [STDIO] else resolve_docs_inputs(inputs)
+        refs = [input_ref(p) for p in inputs]
         counts = [row_count(s) for s in sources]
         firsts = [int(x) for x in np.concatenate(([0], np.cumsum(counts)[:-1]))] if counts else []
         work = Path(tmp) / "_work" if streaming else Path(out) / "_work"
         if not streaming:
-            prepare_out(Path(out), STAGE, config_digest(STAGE, config), opts.overwrite)
+            prepare_out(Path(out), STAGE, run_identity(STAGE, config, refs), opts.overwrite)
             if (Path(out) / "manifest.json").exists():  # finished before, same config: nothing to do
                 return read_manifest(out)
         for sub in ("sign", "pairs"):
@@ -431,7 +439,7 @@ def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | 
             tasks=filter_tasks,
             fn=_Filter(cfg),
             config=config,
-            inputs=[input_ref(p) for p in inputs],
+            inputs=refs,
             opts=dataclasses.replace(opts, overwrite=False, shard_index=0, num_shards=1),  # OUT was prepared above
             progress=progress,
             unit="docs",

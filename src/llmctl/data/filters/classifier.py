@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from llmctl.artifacts.docs import STDIO, open_docs_inputs
 from llmctl.artifacts.atomic import prepare_new_out, temp_name
+from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, input_ref, output_entry, write_manifest
 from llmctl.data.filters.base import Check, Step
 from llmctl.data.filters.doc import Doc
@@ -364,6 +365,14 @@ def train_classifier(
     """Train a fastText quality classifier: `positive` docs (a high-quality reference set) against
     `negative` docs (a random crawl sample), the DCLM recipe. Writes OUT/model.bin and
     OUT/manifest.json (kind "classifier"); counts hold per-side sizes and held-out metrics."""
+    if out == STDIO:
+        raise UsageError("train-classifier writes a directory; -o - is not possible")
+    with output_lock(out):
+        return _train_classifier(positive, negative, out, cfg, progress)
+
+
+def _train_classifier(positive: list[str], negative: list[str], out: str, cfg: TrainClassifierConfig,
+                      progress: Progress | None) -> Manifest:
     progress = progress or Progress()
     t0 = time.perf_counter()
     cfg.validate()
