@@ -161,21 +161,21 @@ def test_a_protection_that_fails_masks_the_sample_unless_unsafe(monkeypatch):
     assert r.finished and all(r.passed) and r.isolation == ISOLATION.replace("landlock+", "")
 
 
-def _rl(*args, no_landlock: bool):
-    """`llmctl rl --verifier python` in a subprocess, with the host's Landlock detection patched
-    to say there is none when asked."""
-    patch = "import llmctl.rl.landlock as landlock; landlock.abi_version = lambda: 0\n" if no_landlock else ""
-    return subprocess.run([sys.executable, "-c", patch + "from llmctl.cli import main; main()", "rl", "no-checkpoint",
-                           "--prompts", "no-prompts.jsonl", "-o", "no-run", "--verifier", "python", *args],
-                          capture_output=True, text=True, cwd=tempfile.gettempdir())
+def _rl_without_landlock(cwd, *args):
+    """`llmctl rl --verifier python` in a subprocess whose Landlock detection is patched to say
+    the kernel has none."""
+    patch = "import llmctl.rl.landlock as landlock; landlock.abi_version = lambda: 0\nfrom llmctl.cli import main; main()"
+    return subprocess.run([sys.executable, "-c", patch, "rl", "no-checkpoint", "--prompts", "no-prompts.jsonl",
+                           "-o", "run", "--verifier", "python", *args], capture_output=True, text=True, cwd=cwd)
 
 
-def test_rl_refuses_a_host_without_landlock_unless_unsafe_sandbox():
-    p = _rl(no_landlock=True)
+def test_rl_refuses_a_host_without_landlock_unless_unsafe_sandbox(tmp_path):
+    p = _rl_without_landlock(tmp_path)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "no Landlock" in p.stderr and "--unsafe-sandbox" in p.stderr
+    assert not (tmp_path / "run").exists()  # refused before anything was written
     # with the flag the check passes (and says so); the run then stops on the missing checkpoint
-    p = _rl("--unsafe-sandbox", no_landlock=True)
+    p = _rl_without_landlock(tmp_path, "--unsafe-sandbox")
     assert "checkpoint not found" in p.stderr and "no Landlock" not in p.stderr, p.stderr
     assert "python verifier: sandbox" in p.stderr and "(--unsafe-sandbox)" in p.stderr
 
