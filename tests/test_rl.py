@@ -16,6 +16,7 @@ from llmctl.config import build_config
 from llmctl.errors import UsageError
 from llmctl.rl.grpo import rloo_advantages
 from llmctl.rl.rewards import make_verifier
+from llmctl.rl.sandbox import missing_protections
 from llmctl.rl.trainer import RLConfig, group_scores, run_rl
 from test_sft import SFT_ARGS, tok  # noqa: F401  (fixtures)
 from test_train import SMALL, tokens  # noqa: F401
@@ -107,6 +108,21 @@ def test_rl_help_lists_the_estimator_ratio_and_headroom_flags():
     out = llmctl("rl", "--help", check=True).stdout.decode()
     for flag in ("--adv-estimator", "--ratio-level", "--headroom-limit"):
         assert flag in out, flag
+
+
+@pytest.mark.skipif(bool(missing_protections()), reason=f"no python sandbox here: {'; '.join(missing_protections())}")
+def test_rl_python_verifier_runs_its_completions_in_the_sandbox(sft_model, tmp_path):
+    """--verifier python end to end (as root in CI, with the uid drop): the sandbox is checked once
+    and its isolation logged, and every completion is scored (no masked sample) in it."""
+    with open(tmp_path / "code.jsonl", "w") as f:
+        for a in range(1, 10):
+            f.write(json.dumps({"prompt": f"Write f() returning {a}.", "tests": [f"assert f() == {a}"]}) + "\n")
+    run = tmp_path / "rl"
+    p = llmctl("rl", sft_model / "sft", "--prompts", tmp_path / "code.jsonl", "--verifier", "python", "-o", run,
+               "--steps", "1", "--prompts-per-step", "2", "-G", "2", "--max-new-tokens", "12", "--truncated", "zero",
+               "--seed", "1", check=True)
+    assert "python verifier: sandbox landlock+seccomp+rlimits" in p.stderr.decode()
+    assert records(run)[-1]["masked_share"] == 0.0
 
 
 # -- RLOO, GSPO and the headroom at step 0 ---------------------------------------------------

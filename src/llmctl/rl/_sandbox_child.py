@@ -1,24 +1,44 @@
 """Child side of llmctl.rl.sandbox: the harness that runs untrusted code against test cases.
 
 It runs as ``python -I -S -c <this file's source> FD`` in a fresh temp dir, so it may import the
-standard library only. Steps: read and delete ``.payload.json``; compile the tests (a test that
-does not compile is the dataset's fault: ``badtest``); set the resource limits; install the
-seccomp filter; report ``ready``; exec the code; exec each test in the code's namespace; report
-``done``. Reports go to the inherited pipe FD as lines ``NONCE EVENT [DETAIL]`` — not to stdout,
-which the code owns. Everything before ``ready`` is infrastructure: a failure there is a masked
-sample, never a 0 reward.
+standard library only (what it needs of llmctl, the Landlock module, comes as source in the
+payload). Steps: read and delete ``.payload.json``; compile the tests (a test that does not
+compile is the dataset's fault: ``badtest``); set the resource limits; confine itself (below);
+report ``ready``; exec the code; exec each test in the code's namespace; report ``done``. Reports
+go to the inherited pipe FD as lines ``NONCE EVENT [DETAIL]`` — not to stdout, which the code
+owns. Everything before ``ready`` is infrastructure: a failure there is a masked sample, never a
+0 reward.
 
-The seccomp filter (Linux x86_64 / aarch64) is what makes the limits hold when the parent runs as
-root, for whom the kernel ignores RLIMIT_NPROC and who could raise any rlimit back:
-- fork / vfork / clone without CLONE_THREAD → EAGAIN (no child processes, threads allowed);
-  clone3 → ENOSYS (glibc then falls back to clone for threads);
-- socket / socketpair / io_uring_setup → EPERM (no network, whatever the environment);
-- setrlimit, prlimit64 with a new limit → EPERM (limits cannot be raised back);
-- kill / tgkill of any process but itself, tkill, ptrace, process_vm_writev, pidfd_open,
-  pidfd_send_signal, unshare, setns, mount → EPERM;
-- any other architecture's syscall ABI (i386 int 0x80, x32) → the process is killed.
-Where seccomp is unavailable (another OS or architecture), the harness goes on with rlimits only
-when not root (RLIMIT_NPROC then stops fork bombs), and refuses (``herror``) as root.
+Confinement, in this order (each step needs the privileges the next one gives up):
+
+1. Landlock (``llmctl/rl/landlock.py``): from here on the process may read files and list
+   directories only beneath its Python's import path (``sys.path``), ``<base prefix>/lib``, the
+   directories of the shared objects it has loaded, /lib, /lib64, /usr/lib, /usr/lib64 and the
+   files /etc/ld.so.cache and /dev/urandom; it may read, write, create, rename and remove only
+   beneath its temp dir (and write /dev/null). Nothing may be executed anywhere. Where the
+   kernel's ABI has them, TCP bind/connect (4) and signals or abstract unix sockets to processes
+   outside the sandbox (6) are refused too.
+2. When the payload says so (the parent runs as root): drop to an unprivileged uid/gid
+   (``nobody``, else 65534) with no supplementary groups — which also clears every capability.
+   Import-path entries that uid cannot reach (a Python installed under /root, mode 0700) were
+   opened before the drop and are put back on ``sys.path`` (and in loaded packages'
+   ``__path__``) as ``/proc/self/fd/N``: the open directory gives that subtree, nothing above it.
+   An entry still unreadable is a ``herror`` (masked, even when unsafe): the code's imports
+   would fail and score 0 for the host's fault.
+3. A seccomp filter (Linux x86_64 / aarch64), which also keeps the limits when the drop did not
+   happen (a root parent for whom the kernel ignores RLIMIT_NPROC and who could raise any rlimit):
+   - execve / execveat → EPERM (no other program: the interpreter is already running);
+   - fork / vfork / clone without CLONE_THREAD → EAGAIN (no child processes, threads allowed);
+     clone3 → ENOSYS (glibc then falls back to clone for threads);
+   - socket / socketpair / io_uring_setup → EPERM (no network, whatever the environment);
+   - setrlimit, prlimit64 with a new limit → EPERM (limits cannot be raised back);
+   - kill / tgkill of any process but itself, tkill, ptrace, process_vm_writev, pidfd_open,
+     pidfd_send_signal, unshare, setns, mount → EPERM;
+   - any other architecture's syscall ABI (i386 int 0x80, x32) → the process is killed.
+
+A step that is unavailable (no Landlock, not Linux, another architecture, not allowed to change
+uid) is a ``herror`` — the sample is masked — unless the payload says ``unsafe``; then the harness
+goes on with what it has, and ``ready`` names what that is (e.g. ``seccomp+rlimits``).
 """
 
 import os
@@ -31,13 +51,13 @@ _ARCHES = {
         "fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "socket": 41, "socketpair": 53,
         "io_uring_setup": 425, "setrlimit": 160, "prlimit64": 302, "kill": 62, "tkill": 200,
         "tgkill": 234, "ptrace": 101, "process_vm_writev": 311, "pidfd_open": 434,
-        "pidfd_send_signal": 424, "unshare": 272, "setns": 308, "mount": 165,
+        "pidfd_send_signal": 424, "unshare": 272, "setns": 308, "mount": 165, "execve": 59, "execveat": 322,
     }),
     "aarch64": (0xC00000B7, {
         "clone": 220, "clone3": 435, "socket": 198, "socketpair": 199, "io_uring_setup": 425,
         "setrlimit": 164, "prlimit64": 261, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117,
         "process_vm_writev": 271, "pidfd_open": 434, "pidfd_send_signal": 424, "unshare": 97,
-        "setns": 268, "mount": 40,
+        "setns": 268, "mount": 40, "execve": 221, "execveat": 281,
     }),
 }
 _CLONE_THREAD = 0x00010000
@@ -64,7 +84,7 @@ def _seccomp_program(machine, pid):
                     ("socketpair", "EPERM"), ("io_uring_setup", "ENOSYS"), ("setrlimit", "EPERM"),
                     ("tkill", "EPERM"), ("ptrace", "EPERM"), ("process_vm_writev", "EPERM"),
                     ("pidfd_open", "EPERM"), ("pidfd_send_signal", "EPERM"), ("unshare", "EPERM"),
-                    ("setns", "EPERM"), ("mount", "EPERM")):
+                    ("setns", "EPERM"), ("mount", "EPERM"), ("execve", "EPERM"), ("execveat", "EPERM")):
         if name in nr:
             prog += [(JEQ, 0, 1, nr[name]), deny(e)]
     # Blocks below load an argument; the syscall-number test skips the whole block otherwise, so
@@ -103,6 +123,116 @@ def _install_seccomp():
     if libc.prctl(22, ulong(2), ctypes.byref(fprog), ulong(0), ulong(0)) != 0:  # PR_SET_SECCOMP, FILTER
         return f"prctl(SECCOMP) failed: errno {ctypes.get_errno()}"
     return None
+
+
+# Read-only beyond the Python install: where the dynamic loader finds the libraries of extension
+# modules imported later (libffi for ctypes, libssl for hashlib, ...) and its cache; /dev/urandom
+# for code that opens it (os.urandom itself uses getrandom(2)).
+_SYSTEM_READ = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/etc/ld.so.cache", "/dev/urandom")
+
+
+def _readable_paths():
+    """What the interpreter reads after start-up: its import path, its install's lib dir, the
+    directories of the shared objects already mapped (libpython, libc), the system lib dirs."""
+    paths = [p for p in sys.path if p]
+    paths += [os.path.join(prefix, "lib") for prefix in {sys.base_prefix, sys.base_exec_prefix}]
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:  # address perms offset device inode [path]
+                fields = line.split(None, 5)
+                path = fields[5].strip() if len(fields) == 6 else ""
+                if path.startswith("/") and ".so" in os.path.basename(path):
+                    paths.append(os.path.dirname(path))
+    except OSError:
+        pass  # no /proc: the lists above still hold the usual places
+    return sorted(set(paths)) + list(_SYSTEM_READ)
+
+
+def _drop_privileges(uid, gid):
+    """setgroups([]), then gid, then uid (real, effective, saved): a change of every uid away
+    from 0 also clears all capabilities (capabilities(7), "Effect of user ID changes")."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
+        raise OSError(f"uid/gid still {os.getresuid()}/{os.getresgid()}, groups {os.getgroups()}")
+
+
+def _reach_import_path(opened):
+    """Put import-path entries the new uid cannot reach back as /proc/self/fd/N of the entry
+    opened before the drop (the kernel lets a process follow its own fd links; the lookup then
+    starts at the open directory, so no ancestor is searched). Loaded packages' ``__path__``
+    gets the same substitution, or their not-yet-imported submodules (encodings.cp1252) fail.
+    Raises OSError when an entry stays unreadable: an import would then fail inside the code and
+    score 0 for the host's fault, so the sample must be masked instead."""
+
+    def readable(path):
+        return os.access(path, (os.R_OK | os.X_OK) if os.path.isdir(path) else os.R_OK)
+
+    moved = {}
+    for entry, fd in opened.items():
+        if readable(entry):
+            if fd is not None:
+                os.close(fd)
+        elif fd is None or not readable(f"/proc/self/fd/{fd}"):
+            raise OSError(f"uid {os.getuid()} cannot read {entry}" + (f", even as /proc/self/fd/{fd}" if fd else ""))
+        else:
+            moved[entry] = f"/proc/self/fd/{fd}"
+    if not moved:
+        return
+
+    def move(path):
+        for entry, there in moved.items():
+            if path == entry or path.startswith(entry + "/"):
+                return there + path[len(entry):]
+        return path
+
+    sys.path[:] = [move(p) for p in sys.path]
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if isinstance(search, list):  # a namespace package's _NamespacePath recomputes from sys.path
+            search[:] = [move(p) for p in search]
+    sys.path_importer_cache.clear()
+
+
+def _confine(payload):
+    """Landlock, the uid drop, seccomp (the module docstring); returns (isolation, problems)."""
+    have, problems = [], []
+    drop = payload.get("drop")
+    opened = {}
+    if drop:  # opened while the entries can still be reached
+        for entry in sys.path:
+            try:
+                opened[entry] = os.open(entry, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                pass  # python311.zip and the like: on the path, rarely there
+            except OSError:
+                opened[entry] = None  # there but not openable: _reach_import_path says so if it matters
+    try:
+        landlock = {"__name__": "llmctl_landlock"}
+        exec(compile(payload["landlock"], "landlock.py", "exec"), landlock)
+        landlock["restrict"](read=_readable_paths(), write=[os.getcwd(), os.devnull])
+        have.append("landlock")
+    except OSError as e:
+        problems.append(f"no Landlock: {_describe(e)}")
+    dropped = None
+    if drop:
+        try:
+            _drop_privileges(*drop)
+        except OSError as e:
+            problems.append(f"could not drop to uid/gid {drop[0]}/{drop[1]}: {_describe(e)}")
+        else:
+            dropped = f"uid {drop[0]}"
+            _reach_import_path(opened)  # its OSError is a harness error even when unsafe: imports would fail
+    why = _install_seccomp()
+    if why is None:
+        have.append("seccomp")
+    else:
+        problems.append(f"no seccomp: {why}")
+    have.append("rlimits")
+    if dropped:
+        have.append(dropped)
+    return "+".join(have), problems
 
 
 def _set_limits(limits):
@@ -147,17 +277,16 @@ def _main():
         except SyntaxError as e:
             emit("badtest", f"test {e.filename}: {_describe(e)}")
             exit_now(0)
-        _set_limits(payload["limits"])
-        why = _install_seccomp()
-        isolation = "seccomp+rlimits" if why is None else "rlimits"
-        if why is not None and os.geteuid() == 0:
-            emit("herror", f"running as root without seccomp ({why}): processes and rlimits cannot be contained")
-            exit_now(0)
-        code = payload["code"]
-        del payload
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
+        _set_limits(payload["limits"])
+        isolation, problems = _confine(payload)
+        if problems and not payload.get("unsafe"):
+            emit("herror", f"sandbox incomplete ({'; '.join(problems)}); not running the code")
+            exit_now(0)
+        code = payload["code"]
+        del payload
     except BaseException as e:
         emit("herror", _describe(e))
         exit_now(0)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmctl.errors import UsageError
-from llmctl.rl.sandbox import Limits, run_python
+from llmctl.rl.sandbox import Limits, missing_protections, run_python
 from llmctl.tasks.answers import DEFAULT_MATH_RULES, extract_answer, math_answer, reference_answer
 
 
@@ -51,6 +51,11 @@ class Verifier(ABC):
     def answer(self, completion: str) -> str | None:
         """The answer the verdict judges, as compared (canonical, normalized); None when none is found,
         and always for a verifier that does not extract one."""
+        return None
+
+    def check(self) -> str | None:
+        """Once, before a run: raise UsageError when this verifier cannot work on this host; else
+        return a line worth logging (what it will run with), or None."""
         return None
 
     def verify(self, completion: str, reference: Any) -> Verdict:
@@ -238,7 +243,11 @@ class PythonVerifier(Verifier):
     The code is the completion's last ```python block, else the whole text; it runs in
     ``llmctl.rl.sandbox`` with the limits below. A timeout, crash or limit hit in the code is
     reward 0 (correct=False); an infrastructure failure (the sandbox could not start, the harness
-    failed, a test does not compile, no tests) is masked."""
+    failed, a protection is missing, a test does not compile, no tests) is masked.
+
+    ``check()`` refuses (UsageError) on a host that lacks one of the sandbox's protections
+    (Landlock, seccomp, Linux) unless ``unsafe_sandbox``, and runs one trivial solution to prove
+    the sandbox starts and can import the standard library as its uid."""
 
     cpu_seconds: float = 5.0
     timeout: float = 10.0  # wall-clock seconds
@@ -248,7 +257,8 @@ class PythonVerifier(Verifier):
     max_output_bytes: int = 64 << 10
     all_or_nothing: bool = False
     python: str = sys.executable
-    user: str | int | None = None  # run as this user (e.g. "nobody") when the parent is root
+    user: str | int | None = None  # the uid the code runs as; None: unchanged, or nobody/65534 when root
+    unsafe_sandbox: bool = False  # run even where a protection is missing (the verdicts say what it had)
     name = "python"
 
     @property
@@ -257,11 +267,29 @@ class PythonVerifier(Verifier):
                       max_procs=self.max_procs, max_file_bytes=self.max_file_bytes,
                       max_output_bytes=self.max_output_bytes)
 
+    def check(self) -> str:
+        missing = missing_protections()
+        if missing and not self.unsafe_sandbox:
+            raise UsageError(f"python verifier: this host cannot confine the code ({'; '.join(missing)}); "
+                             "--unsafe-sandbox runs it anyway")
+        # The probe imports modules the harness has not: a pure-Python one and an extension module,
+        # so a standard library the sandbox uid cannot read fails here, not as a 0 on every sample.
+        r = run_python("import fractions, decimal\nx = decimal.Decimal(1) + fractions.Fraction(1, 2).numerator",
+                       ["assert x == 2"], Limits(cpu_seconds=5, wall_seconds=30, memory_mb=self.memory_mb),
+                       python=self.python, user=self.user, unsafe=self.unsafe_sandbox)
+        if not r.started:
+            raise UsageError(f"python verifier: the sandbox does not start: {r.error}")
+        if not r.finished or not all(r.passed):
+            why = r.crash or (r.failures[0] if r.failures else f"exit {r.signal_name or r.returncode}")
+            raise UsageError(f"python verifier: a trivial solution fails in the sandbox ({r.isolation}): {why}")
+        return f"python verifier: sandbox {r.isolation}" + (" (--unsafe-sandbox)" if missing else "")
+
     def _verify(self, completion, reference):
         tests = reference_tests(reference)
         if tests is None:
             return _masked("python: the reference has no tests (need a list of assert strings or {'tests': [...]})")
-        r = run_python(extract_code(completion), tests, self.limits, python=self.python, user=self.user)
+        r = run_python(extract_code(completion), tests, self.limits, python=self.python, user=self.user,
+                       unsafe=self.unsafe_sandbox)
         if not r.started:
             return _masked(f"python: {'unusable test' if r.bad_test else 'infrastructure failure'}: {r.error}")
         if r.timed_out:
@@ -331,6 +359,9 @@ class CombinedVerifier(Verifier):
 
     def answer(self, completion: str) -> str | None:
         return self.main.answer(completion)
+
+    def check(self) -> str | None:
+        return self.main.check()
 
     def _verify(self, completion, reference):
         v = self.main.verify(completion, reference)

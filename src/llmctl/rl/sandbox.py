@@ -1,28 +1,37 @@
-"""Run untrusted Python (a model's completion) against test cases in a limited subprocess.
+"""Run untrusted Python (a model's completion) against test cases in a confined subprocess.
 
 One run: a fresh temp dir as cwd, ``python -I -S`` (isolated: no PYTHON* variables, no user or
 site packages, no cwd on sys.path), an environment with nothing but PATH/LANG/HOME/TMPDIR (no
 proxies, no credentials), stdin at /dev/null, its own process group (killed whole at the end),
-and a harness (``_sandbox_child.py``) that, before the code runs, sets
+and a harness (``_sandbox_child.py``, whose docstring has the details) that, before the code runs:
 
-- RLIMIT_CPU (SIGXCPU at the limit, SIGKILL one second later), RLIMIT_AS (memory),
+- sets RLIMIT_CPU (SIGXCPU at the limit, SIGKILL one second later), RLIMIT_AS (memory),
   RLIMIT_NPROC (processes/threads of the user), RLIMIT_FSIZE (largest file written), RLIMIT_CORE 0
   and RLIMIT_NOFILE;
-- a seccomp filter (Linux x86_64/aarch64) that refuses new processes (threads are allowed),
-  sockets and raising the limits back — see _sandbox_child.py for the list. This is what contains
-  a fork bomb and blocks the network when the parent runs as root, for whom the kernel ignores
-  RLIMIT_NPROC; without seccomp (another OS/arch) the network is not blocked (best effort: the
-  empty environment only removes proxies), and a root parent refuses to run the code at all.
+- enforces Landlock (``landlock.py``): reads only beneath the Python install, the loaded shared
+  objects' directories and the system lib dirs; reads and writes only beneath its temp dir; no
+  program executed anywhere;
+- when this process runs as root, drops to an unprivileged uid/gid (``user``: by default
+  ``nobody``, else 65534) with no supplementary groups and no capabilities; the temp dir is
+  chowned to it;
+- installs a seccomp filter (Linux x86_64/aarch64) that refuses exec, new processes (threads are
+  allowed), sockets, raising the limits, signals to other processes, ptrace, mount and namespaces.
+
+The result's ``isolation`` says what the run had, e.g. ``landlock+seccomp+rlimits+uid 65534``.
+A protection the host lacks makes the harness refuse (the sample is masked) unless ``unsafe``;
+``missing_protections()`` tells at start-up what this host lacks, without running anything.
 
 The parent enforces a wall-clock deadline (SIGKILL to the process group), keeps at most
 ``max_output_bytes`` of stdout and of stderr (the rest is read and dropped, so the child never
-blocks) and reads the per-test results from a separate pipe, so printing cannot forge a pass.
+blocks) and reads the per-test results from a separate pipe tagged with a per-run random nonce,
+so printing cannot forge a pass.
 
-Known limits (best effort, documented rather than hidden): the code runs as the parent's user —
-as root it can write or delete files outside its temp dir; pass ``user="nobody"`` (with a
-``python`` that user can execute) to drop privileges. Code can also defeat its own checks in
-Python (an ``__eq__`` that is always true, reading the harness's frames); the verdict is about
-the tests, not about adversarial code.
+What this does not guarantee: code can defeat its own checks in Python (an ``__eq__`` that is
+always true, reading the harness's frames or the nonce, rewriting the tests' globals); the
+verdict is about the tests, not about adversarial code. It can ``stat`` any path (Landlock does
+not control lookups) and sees the host's kernel, CPU count and clock. Threads count against
+RLIMIT_NPROC of the sandbox uid, which concurrent runs share. The kernel is the boundary: a
+kernel exploit through an allowed system call is out of scope.
 """
 
 from __future__ import annotations
@@ -42,7 +51,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmctl.rl import landlock
+from llmctl.rl._sandbox_child import _ARCHES
+
 _CHILD_SOURCE = (Path(__file__).with_name("_sandbox_child.py")).read_text(encoding="utf-8")
+_LANDLOCK_SOURCE = Path(landlock.__file__).read_text(encoding="utf-8")  # the harness runs it to confine itself
 _MIB = 1 << 20
 
 
@@ -83,7 +96,7 @@ class SandboxResult:
     stderr: bytes = b""
     stdout_truncated: bool = False
     stderr_truncated: bool = False
-    isolation: str = ""  # "seccomp+rlimits" or "rlimits"
+    isolation: str = ""  # what the run had, e.g. "landlock+seccomp+rlimits+uid 65534"
     elapsed: float = 0.0
 
     @property
@@ -122,12 +135,57 @@ def _exited(pid: int) -> bool:
         return True
 
 
+def missing_protections() -> list[str]:
+    """What this host lacks of the sandbox's protections (empty: all there), checked in this
+    process without starting one: Linux, Landlock, seccomp and a filter for this architecture."""
+    if not sys.platform.startswith("linux"):
+        return [f"not Linux ({sys.platform}): no Landlock, no seccomp"]
+    missing = []
+    if landlock.abi_version() < 1:
+        missing.append("no Landlock: a kernel without it, or Landlock not in the lsm= boot list")
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            has_seccomp = any(line.startswith("Seccomp:") for line in f)
+    except OSError:
+        has_seccomp = False
+    if not has_seccomp:
+        missing.append("no seccomp: a kernel built without it")
+    elif os.uname().machine not in _ARCHES:
+        missing.append(f"no seccomp filter for {os.uname().machine}")
+    return missing
+
+
+def sandbox_ids(user: str | int | None = None) -> tuple[int, int] | None:
+    """The (uid, gid) the code runs as when it must change: ``user`` when given (a name or a
+    uid), else, when this process is root, ``nobody`` (its group) or 65534/65534 where there is
+    no such user. None: no change (not root, no ``user``)."""
+    if user is None and os.geteuid() != 0:
+        return None
+    import pwd
+
+    if isinstance(user, int):
+        try:
+            pw = pwd.getpwuid(user)
+        except KeyError:  # a uid with no passwd entry: its own number as the group
+            return user, user
+    else:
+        try:
+            pw = pwd.getpwnam(user or "nobody")
+        except KeyError:
+            if user is not None:
+                raise  # a named user that does not exist: the caller's mistake, not a fallback
+            return 65534, 65534  # the conventional overflow uid/gid (nobody, nogroup)
+    return pw.pw_uid, pw.pw_gid
+
+
 def run_python(code: str, tests: Sequence[str], limits: Limits = Limits(), python: str | None = None,
-               user: str | int | None = None) -> SandboxResult:
-    """Run ``code`` then each test (Python source, usually an ``assert``) in its namespace.
+               user: str | int | None = None, unsafe: bool = False) -> SandboxResult:
+    """Run ``code`` then each test (Python source, usually an ``assert``) in its namespace, as
+    ``user`` (see ``sandbox_ids``). ``unsafe``: run even where a protection is missing.
 
     Never raises for anything the code does; an infrastructure failure (no interpreter, harness
-    error, a test that does not compile) comes back with ``started=False`` and ``error`` set."""
+    error, a missing protection, a test that does not compile) comes back with ``started=False``
+    and ``error`` set."""
     res = SandboxResult()
     t0 = time.monotonic()
     nonce = secrets.token_hex(16)
@@ -135,24 +193,23 @@ def run_python(code: str, tests: Sequence[str], limits: Limits = Limits(), pytho
     read_fd = write_fd = -1
     proc = None
     try:
-        payload = {"nonce": nonce, "code": code, "tests": list(tests), "limits": limits.rlimits()}
+        drop = sandbox_ids(user)
+        payload = {"nonce": nonce, "code": code, "tests": list(tests), "limits": limits.rlimits(),
+                   "landlock": _LANDLOCK_SOURCE, "drop": drop, "unsafe": bool(unsafe)}
         payload_path = os.path.join(workdir, ".payload.json")
         with open(payload_path, "w", encoding="utf-8") as f:
             json.dump(payload, f)
-        if user is not None:
-            import pwd
-
-            pw = pwd.getpwnam(user) if isinstance(user, str) else pwd.getpwuid(user)
-            os.chown(workdir, pw.pw_uid, pw.pw_gid)
-            os.chown(payload_path, pw.pw_uid, pw.pw_gid)
+        if drop is not None and os.geteuid() == 0:  # the harness reads the payload before it drops
+            os.chown(workdir, *drop)
         read_fd, write_fd = os.pipe()
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
                "HOME": workdir, "TMPDIR": workdir}
-        extra = {"user": user, "group": pw.pw_gid, "extra_groups": []} if user is not None else {}
+        # The interpreter starts as this process's user: the harness drops privileges itself, once
+        # it has read what only that user can (a Python under /root, the payload).
         proc = subprocess.Popen(
             [python or sys.executable, "-I", "-S", "-c", _CHILD_SOURCE, str(write_fd)],
             cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=(write_fd,), start_new_session=True, **extra,
+            pass_fds=(write_fd,), start_new_session=True,
         )
     except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError) as e:
         res.error = f"could not start the sandbox: {type(e).__name__}: {e}"

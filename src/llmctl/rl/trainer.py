@@ -105,6 +105,9 @@ class RLConfig:
     truncated: str = "mask"  # mask | zero
     verifier: str = "math"
     format_reward: float = 0.0
+    # python verifier: run the code even on a host that lacks one of the sandbox's protections
+    # (Landlock, seccomp, Linux); without it such a host refuses the run at start-up
+    unsafe_sandbox: bool = False
     micro_batch: int = 16  # sequences per training forward pass
     gen_batch: int = 64  # sequences per generation batch
     eval_every: int = 10
@@ -160,6 +163,12 @@ class RLTrainer:
         quiet = lambda x: None  # noqa: E731  (progress is printed by rank 0 only)
         self.on_step = (on_step or quiet) if d.is_main else quiet
         self.on_log = (on_log or quiet) if d.is_main else quiet
+        # Before anything is loaded or written: a verifier that cannot work here (the python
+        # sandbox on a host without its protections) stops the run now, once, not per sample.
+        options = {"unsafe_sandbox": cfg.unsafe_sandbox} if cfg.verifier == "python" else {}
+        self.verifier = make_verifier(cfg.verifier, format_reward=cfg.format_reward, **options)
+        if (line := self.verifier.check()) is not None:
+            self.on_log(line)
         self.run_dir = RunDir(self.out, d, entries=(*TRAINING_RUN, "rollouts"))
         self.run_dir.prepare(resume, overwrite)
         source = self.run_dir.checkpoints if resume else init
@@ -175,7 +184,6 @@ class RLTrainer:
         self.prompts = load_prompts(prompts_file)
         self.eval_prompts = load_prompts(eval_file)[: cfg.eval_limit] if eval_file else None
         self.prompts_file, self.eval_file = prompts_file, eval_file
-        self.verifier = make_verifier(cfg.verifier, format_reward=cfg.format_reward)
         self.reference = None
         if cfg.kl != "none":
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
