@@ -20,6 +20,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,11 +77,19 @@ def same_artifact(out: Path, ref: Path, train: bool = False) -> None:
     assert manifest_core(out) == manifest_core(ref)
 
 
+WARC = sorted(CRAWL.glob("*.warc.gz"))[0]  # one file of the example crawl: 4 byte ranges, ~600 captures
+
+
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    """The example crawl's docs (one reference extraction), filtered docs, a tokenizer."""
+    """Docs of one example WARC, 200 of them as two files (filter's input), filtered docs, a
+    tokenizer and its tokens."""
     d = tmp_path_factory.mktemp("faults")
-    assert run(["crawl-extract", *sorted(CRAWL.glob("*.warc.gz")), "-o", d / "docs", "--workers", "2"]).returncode == 0
+    assert run(["crawl-extract", WARC, "-o", d / "all", "--workers", "2"]).returncode == 0
+    table = pa.concat_tables([pq.read_table(p) for p in sorted((d / "all").glob("part-*.parquet"))]).slice(0, 200)
+    (d / "docs").mkdir()
+    pq.write_table(table.slice(0, 100), d / "docs" / "a.parquet")
+    pq.write_table(table.slice(100), d / "docs" / "b.parquet")
     assert run(["filter", d / "docs", "-o", d / "filtered", "--workers", "2"]).returncode == 0
     rng = random.Random(0)
     pq.write_table(pa.table({"text": [sentences(rng, 12) for _ in range(400)]}), d / "corpus.parquet")
@@ -91,12 +100,28 @@ def inputs(tmp_path_factory):
 
 def stages(d: Path) -> dict[str, list]:
     return {
-        "crawl-extract": ["crawl-extract", *sorted(CRAWL.glob("*.warc.gz")), "--workers", "2"],
+        "crawl-extract": ["crawl-extract", WARC, "--workers", "2"],
         "filter": ["filter", d / "docs", "--workers", "2", "--keep-rejected"],
         "dedup": ["dedup", d / "filtered", "--workers", "2", "--url", "--exact", "--minhash"],
         "tokenize": ["tokenize", d / "filtered", "-t", d / "tok", "--workers", "2"],
         "train": ["train", d / "tokens", *TRAIN],
     }
+
+
+@pytest.fixture(scope="module")
+def refs(inputs, run_dir, tmp_path_factory):
+    """Each stage run once, uninterrupted, with its wall time: what every fault must end in."""
+    root, cache = tmp_path_factory.mktemp("refs"), {}
+
+    def ref(stage: str, args: list) -> tuple[Path, float]:
+        if stage not in cache:
+            t0 = time.perf_counter()
+            p = run([*args, "-o", root / stage.replace(" ", "-")])
+            assert p.returncode == 0, p.stderr.decode()[-2000:]
+            cache[stage] = (root / stage.replace(" ", "-"), time.perf_counter() - t0)
+        return cache[stage]
+
+    return ref
 
 
 def killed(args, out: Path, delay: float) -> None:
@@ -111,32 +136,28 @@ def killed(args, out: Path, delay: float) -> None:
 
 
 @pytest.mark.parametrize("stage", ["crawl-extract", "filter", "dedup", "tokenize", "train"])
-def test_kill_9_then_resume_gives_the_uninterrupted_artifact(inputs, tmp_path, stage, request):
+def test_kill_9_then_resume_gives_the_uninterrupted_artifact(inputs, refs, tmp_path, stage, request):
     args = stages(inputs)[stage]
-    t0 = time.perf_counter()
-    assert run([*args, "-o", tmp_path / "ref"]).returncode == 0
-    took = time.perf_counter() - t0
+    ref, took = refs(stage, args)
     rng = random.Random(f"{stage}/{request.config.getoption('--trials')}")
     out = tmp_path / "out"
     for _ in range(request.config.getoption("--trials")):
         killed([*args, *(resume_flag(out) if stage == "train" else [])], out, rng.uniform(0.05, 0.95) * took)
     p = run([*args, "-o", out, *(resume_flag(out) if stage == "train" else [])])
     assert p.returncode == 0, p.stderr.decode()[-2000:]
-    same_artifact(out, tmp_path / "ref", train=stage == "train")
+    same_artifact(out, ref, train=stage == "train")
 
 
 def resume_flag(out: Path) -> list[str]:
     """What a user passes to go on after a crash: --resume with a checkpoint, else start over."""
-    if (out / "checkpoints" / "latest").is_file():
+    if (out / "checkpoints" / "latest").is_file() and (out / "metrics.jsonl").is_file():
         return ["--resume"]
     return ["--overwrite"] if out.exists() else []
 
 
 @pytest.mark.parametrize("stage", ["crawl-extract", "train"])
-def test_two_writers_one_wins_the_other_exits_2(inputs, tmp_path, stage):
+def test_two_writers_one_wins_the_other_exits_2(inputs, refs, tmp_path, stage):
     args = stages(inputs)[stage]
-    if stage == "crawl-extract":
-        args = [a if a != "2" else "1" for a in args]  # one worker: a longer run to race
     out = tmp_path / "out"
     first = subprocess.Popen(cmd(*args, "-o", out), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 60
@@ -147,8 +168,7 @@ def test_two_writers_one_wins_the_other_exits_2(inputs, tmp_path, stage):
     err = second.stderr.decode().strip()
     assert second.returncode == 2 and f"being written by pid {first.pid}" in err and len(err.splitlines()) == 1, err
     assert not (out / ".llmctl.lock").exists()  # the winner released it
-    assert run([*args, "-o", tmp_path / "ref"]).returncode == 0
-    same_artifact(out, tmp_path / "ref", train=stage == "train")
+    same_artifact(out, refs(stage, args)[0], train=stage == "train")
 
 
 def disk_cases(d: Path) -> dict[str, tuple[list, list]]:
@@ -163,22 +183,29 @@ def disk_cases(d: Path) -> dict[str, tuple[list, list]]:
         "cat": (["cat", d / "filtered"], ["--overwrite"]),
         "train": (s["train"], None),  # resume_flag decides
         "export": (["export", d / "run"], ["--overwrite"]),
+        "import": (["import", d / "hf"], ["--overwrite"]),
         "eval": (["eval", d / "run", "-t", f"loss:{d / 'tokens'}"], ["--overwrite"]),
+        "decontam": (["decontam", d / "filtered", "--against", ROOT / "examples/tasks/arithmetic.jsonl", "--workers", "2"], []),
+        "rl": (["rl", d / "run", "--prompts", d / "sums.jsonl", "--steps", "2", "--prompts-per-step", "2", "-G", "2",
+                "--max-new-tokens", "4", "--headroom-limit", "0", "--device", "cpu"], None),
     }
 
 
 @pytest.fixture(scope="module")
 def run_dir(inputs):
+    """A trained run, its export (import's input) and sums to RL on."""
     assert run([*stages(inputs)["train"], "-o", inputs / "run"]).returncode == 0
+    assert run(["export", inputs / "run", "-o", inputs / "hf"]).returncode == 0
+    (inputs / "sums.jsonl").write_text("".join(json.dumps({"question": f"What is {a} plus 1?", "answer": f"#### {a + 1}"}) + "\n"
+                                               for a in range(8)))
     return inputs / "run"
 
 
-@pytest.mark.parametrize("stage", ["crawl-extract", "filter", "dedup", "tokenize", "tokenize train", "cat", "train",
-                                   "export", "eval"])
-def test_full_disk_is_one_line_nothing_partial_and_a_rerun_completes(inputs, run_dir, tmp_path, stage):
+@pytest.mark.parametrize("stage", ["crawl-extract", "filter", "dedup", "tokenize", "tokenize train", "cat", "decontam",
+                                   "train", "rl", "export", "import", "eval"])
+def test_full_disk_is_one_line_nothing_partial_and_a_rerun_completes(inputs, refs, tmp_path, stage):
     args, again = disk_cases(inputs)[stage]
-    ref = tmp_path / "ref"
-    assert run([*args, "-o", ref]).returncode == 0
+    ref, _ = refs(stage, args)
     biggest = max(p.stat().st_size for p in ref.rglob("*") if p.is_file())
     out = tmp_path / "out"
     p = run([*args, "-o", out], fsize=biggest // 2)
@@ -196,9 +223,9 @@ def test_full_disk_is_one_line_nothing_partial_and_a_rerun_completes(inputs, run
     again = resume_flag(out) if again is None else again
     p = run([*args, "-o", out, *(again if out.exists() else [])])
     assert p.returncode == 0, p.stderr.decode()[-2000:]
-    if stage == "train":
+    if stage in ("train", "rl"):
         same_artifact(out, ref, train=True)
-    elif stage in ("export", "eval", "tokenize train"):
+    elif stage in ("export", "import", "eval", "tokenize train"):
         assert {k: v for k, v in visible(out).items() if k != "results.json"} == \
                {k: v for k, v in visible(ref).items() if k != "results.json"}
     else:
@@ -207,23 +234,24 @@ def test_full_disk_is_one_line_nothing_partial_and_a_rerun_completes(inputs, run
 
 def test_resume_over_other_inputs_is_exit_2_naming_the_input(inputs, tmp_path):
     out = tmp_path / "out"
-    killed(["filter", inputs / "docs", "--workers", "1"], out, 0.0)  # OUT started, maybe not finished
-    assert run(["filter", inputs / "docs", "-o", out, "--workers", "1"]).returncode == 0
-    p = run(["filter", inputs / "filtered", "-o", out])
+    assert run(["tokenize", inputs / "filtered", "-o", out, "-t", inputs / "tok"]).returncode == 0
+    p = run(["tokenize", inputs / "docs", "-o", out, "-t", inputs / "tok"])
     err = p.stderr.decode().strip()
-    assert p.returncode == 2 and "another input: input 1 was" in err and str(inputs / "docs") in err, err
-    assert run(["filter", inputs / "filtered", "-o", out, "--overwrite"]).returncode == 0
-    p = run(["tokenize", inputs / "filtered", "-o", tmp_path / "t", "-t", inputs / "tok"])
-    assert p.returncode == 0
-    p = run(["tokenize", inputs / "docs", "-o", tmp_path / "t", "-t", inputs / "tok"])
-    assert p.returncode == 2 and "another input" in p.stderr.decode()
+    assert p.returncode == 2 and "another input: input 1 was" in err and str(inputs / "filtered") in err, err
+    (inputs / "docs2").mkdir()
+    (inputs / "docs2" / "a.parquet").write_bytes((inputs / "docs" / "b.parquet").read_bytes())
+    assert run(["tokenize", inputs / "docs2", "-o", tmp_path / "t", "-t", inputs / "tok"]).returncode == 0
+    (inputs / "docs2" / "a.parquet").write_bytes((inputs / "docs" / "a.parquet").read_bytes())
+    p = run(["tokenize", inputs / "docs2", "-o", tmp_path / "t", "-t", inputs / "tok"])
+    assert p.returncode == 2 and "the same path with other content" in p.stderr.decode()
+    assert run(["tokenize", inputs / "docs2", "-o", tmp_path / "t", "-t", inputs / "tok", "--overwrite"]).returncode == 0
 
 
 def test_stale_shards_of_an_earlier_run_are_removed(inputs, tmp_path):
     out = tmp_path / "out"
-    assert run(["filter", inputs / "docs", "-o", out]).returncode == 0
+    shutil.copytree(inputs / "filtered", out)
     (out / "part-00099.parquet").write_bytes((out / "part-00000.parquet").read_bytes())
     (out / "manifest.json").unlink()  # as if the run had stopped before its manifest
-    p = run(["filter", inputs / "docs", "-o", out])
+    p = run(["filter", inputs / "docs", "-o", out, "--workers", "2"])
     assert p.returncode == 0 and not (out / "part-00099.parquet").exists()
     assert "part-00099.parquet" in p.stderr.decode()
