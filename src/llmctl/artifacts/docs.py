@@ -224,8 +224,8 @@ def read_source(source: DocsSource, batch_rows: int = BATCH_ROWS, columns: list[
 
 
 def _parquet_batches(source: DocsSource, batch_rows: int, columns: list[str] | None, log: ReadLog):
-    """(batch, first row) of a Parquet file. A row group that does not decode is logged with its
-    rows and reading goes on at the next one: Parquet row groups stand alone."""
+    """(batch, first row) of a Parquet file. Row groups stand alone: after a failure the rest is
+    read one row group at a time, and a group that does not decode is logged with its rows."""
     try:
         pf = pq.ParquetFile(source.path)
     except DAMAGE as e:
@@ -236,19 +236,27 @@ def _parquet_batches(source: DocsSource, batch_rows: int, columns: list[str] | N
     starts = [0]
     for i in range(n_groups):
         starts.append(starts[-1] + pf.metadata.row_group(i).num_rows)
-    group, row = 0, 0
-    while group < n_groups:
+    row = 0
+    try:
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):  # the whole file's batches
+            yield batch, row
+            row += batch.num_rows
+        return
+    except DAMAGE:
+        pass  # which group failed is found below: reading ahead may fail before a good group is out
+    for group in range(bisect.bisect_right(starts, row) - 1, n_groups):
+        done = row - starts[group]  # rows of this group already yielded
         try:
-            # all row groups at once when starting from the first: the batches a whole file gives
-            groups = None if group == 0 else list(range(group, n_groups))
-            for batch in pf.iter_batches(batch_size=batch_rows, columns=cols, row_groups=groups):
+            for batch in pf.iter_batches(batch_size=batch_rows, columns=cols, row_groups=[group]):
+                if done >= batch.num_rows:
+                    done -= batch.num_rows
+                    continue
+                batch, done = batch.slice(done), 0
                 yield batch, row
                 row += batch.num_rows
-            return
         except DAMAGE as e:
-            bad = bisect.bisect_right(starts, row) - 1  # the row group being read when it failed
-            log.damage(source, e, row=row, rows=starts[bad + 1] - row)
-            group, row = bad + 1, starts[bad + 1]
+            log.damage(source, e, row=row, rows=starts[group + 1] - row)
+            row = starts[group + 1]
 
 
 def _open_arrow(path: str) -> pa.ipc.RecordBatchStreamReader | pa.ipc.RecordBatchFileReader:
@@ -334,7 +342,7 @@ class _GoodLines(io.RawIOBase):
         self.kinds: dict[str, str] = {}
         self.skipped: list[int] = []
         self.buffer = bytearray()
-        self.offset = self.line = self.row = 0
+        self.offset = self.line = self.row = self.good = 0
         self.done = False
 
     def readable(self) -> bool:
@@ -353,28 +361,36 @@ class _GoodLines(io.RawIOBase):
         super().close()
 
     def _fill(self) -> None:
-        try:
-            lines = self.file.readlines(1 << 20)
-        except DAMAGE as e:  # a corrupt or truncated gzip member: nothing after it can be found
-            self.log.damage(self.source, f"{type(e).__name__}: {e}; the rest of the file was not read", line=self.line + 1, offset=self.offset)
-            lines = []
-        if not lines:
-            self.done = True
+        """Take about a MB of lines, one at a time: a line read before a damaged gzip member is
+        kept, where a bulk readlines() would lose every line of its call."""
+        size = 0
+        while size < 1 << 20:
+            try:
+                raw = self.file.readline()
+            except DAMAGE as e:  # a corrupt or truncated gzip member: nothing after it can be found
+                self.log.damage(self.source, f"{type(e).__name__}: {e}; the rest of the file was not read", line=self.line + 1, offset=self.offset)
+                raw = b""
+            if not raw:
+                self.done = True
+                return
+            size += len(raw)
+            self._take(raw)
+
+    def _take(self, raw: bytes) -> None:
+        start = self.offset
+        self.offset += len(raw)
+        self.line += 1
+        if not raw.strip():
+            self.buffer += raw
             return
-        for raw in lines:
-            start = self.offset
-            self.offset += len(raw)
-            self.line += 1
-            if not raw.strip():
-                self.buffer += raw
-                continue
-            problem = self._problem(raw)
-            if problem:
-                self.log.damage(self.source, problem, line=self.line, offset=start)
-                self.skipped.append(self.row)
-            else:
-                self.buffer += raw if raw.endswith(b"\n") else raw + b"\n"
-            self.row += 1
+        problem = self._problem(raw)
+        if problem:
+            self.log.damage(self.source, problem, line=self.line, offset=start)
+            self.skipped.append(self.row)
+        else:
+            self.buffer += raw if raw.endswith(b"\n") else raw + b"\n"
+            self.good += 1
+        self.row += 1
 
     def _problem(self, raw: bytes) -> str | None:
         try:
@@ -412,6 +428,10 @@ def _jsonl_batches(source: DocsSource, log: ReadLog):
         return
     good = 0
     try:
+        while not (lines.good or lines.done):  # pyarrow refuses a stream without a row: ask first
+            lines._fill()
+        if not lines.good:
+            return
         # open_json streams; block_size large enough for long web documents on one line; one
         # thread: the line filter feeding it is Python anyway
         reader = pajson.open_json(lines, read_options=pajson.ReadOptions(block_size=16 << 20, use_threads=False))
