@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from llmctl.artifacts.docs import STDIO, open_docs_inputs
 from llmctl.artifacts.atomic import prepare_new_out, temp_name
-from llmctl.artifacts.manifest import Manifest, input_ref, output_entry, write_manifest
+from llmctl.artifacts.manifest import Manifest, error_place, input_ref, output_entry, write_manifest
 from llmctl.data.filters.base import Check, Step
 from llmctl.data.filters.doc import Doc
 from llmctl.hashing import h64
@@ -285,7 +285,9 @@ def read_side(paths: list[str], max_docs: int | None, rng: random.Random, progre
                 if j < max_docs:
                     texts[j] = line
         progress.advance(batch.num_rows)
-    return texts, {"in": seen + empty, "empty": empty, "used": len(texts)}
+    for e in docs.log.errors:
+        progress.log(f"filter train-classifier: skipped damage in {error_place(e)}: {e['error']}")
+    return texts, {"in": seen + empty, "empty": empty, "used": len(texts), "errors": docs.log.errors}
 
 
 def split_holdout(texts: list[str], share: float, rng: random.Random) -> tuple[list[str], list[str]]:
@@ -421,7 +423,8 @@ def train_classifier(
     metrics = holdout_metrics(pos_q, neg_q)
     os.replace(tmp_model, model_file)
 
-    counts = {role: {**s["stats"], "train": len(s["train"]), "holdout": len(s["holdout"])} for role, s in sides.items()}
+    counts = {role: {**s["stats"], "errors": len(s["stats"]["errors"]), "train": len(s["train"]), "holdout": len(s["holdout"])}
+              for role, s in sides.items()}
     counts["holdout"] = metrics
     manifest = Manifest(
         kind="classifier",
@@ -430,6 +433,7 @@ def train_classifier(
         inputs=refs,
         outputs=[output_entry(model_file, None, out_dir)],
         counts=counts,
+        errors=[e for s in sides.values() for e in s["stats"]["errors"]],
         wall_seconds=round(time.perf_counter() - t0, 3),
     )
     write_manifest(out_dir, manifest)
