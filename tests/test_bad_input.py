@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import ROOT
 from llmctl.bounds import BOUNDS
 from llmctl.cli import main
 from llmctl.data.filter import FilterConfig, run_filter
@@ -499,3 +500,22 @@ def test_the_reader_keeps_what_lies_around_the_damage(tmp_path):
     ids, errors = read(typed, "jsonl")
     assert ids == ["typed.jsonl/0", "typed.jsonl/1", "typed.jsonl/3", "typed.jsonl/4"]
     assert errors[0]["line"] == 3 and "'text' is a JSON number where earlier rows have a string" in errors[0]["error"]
+
+
+def test_every_shipped_preset_is_within_the_bounds():
+    from llmctl.config import build_config
+    from llmctl.data.dedup.run import DedupConfig
+    from llmctl.data.extract import ExtractConfig
+    from llmctl.data.filter import FilterConfig
+    from llmctl.eval.runner import EvalConfig
+    from llmctl.rl.trainer import RLConfig
+    from llmctl.train.config import load_run_config
+
+    stages = ROOT / "stages"
+    for stage, cls in (("rl", RLConfig), ("eval", EvalConfig), ("dedup", DedupConfig), ("crawl-extract", ExtractConfig), ("filter", FilterConfig)):
+        for f in sorted((stages / stage).glob("*.toml")):
+            build_config(cls, stage, str(f))
+    presets = sorted((stages / "train").glob("*.toml"))
+    assert len(presets) >= 5
+    for f in presets:
+        load_run_config(str(f), {})

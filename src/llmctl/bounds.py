@@ -95,6 +95,7 @@ BOUNDS: dict[str, dict[str, Bound]] = {
         "micro_batch": COUNT, "gen_batch": COUNT, "eval_every": NONNEG,  # 0: evaluate only at the end
         "eval_limit": COUNT, "headroom_limit": NONNEG,  # 0: no headroom pass
         "checkpoint_every": COUNT, "keep_checkpoints": COUNT, "seed": SEED,
+        # format_reward: any number (a negative one is a penalty for the form)
     },
     "generate": {"n": at_least(1, flag="-n"), "max_new_tokens": COUNT, "temperature": NONNEG,
                  "top_k": NONNEG, "top_p": MASS, "seed": SEED},
