@@ -55,7 +55,7 @@ def test_cat_pipe_head_pipe(tmp_path):
 def test_json_summary_and_stream_inspect(tmp_path):
     src = make_docs(tmp_path)
     summary = json.loads(llmctl("--json", "cat", src, "-o", tmp_path / "a", check=True).stdout)
-    assert summary["counts"] == {"in": 7, "out": 7}
+    assert summary["counts"] == {"in": 7, "out": 7, "errors": 0}
     stream = llmctl("cat", src, "-o", "-", "--quiet", check=True).stdout
     info = json.loads(llmctl("inspect", "-", "--json", input=stream, check=True).stdout)
     assert info["rows"] == 7 and info["schema"]["extra"] == "int64"
@@ -85,7 +85,7 @@ def _command(*path):
 def test_run_control_flags_are_the_same_on_every_stage():
     stages = {("crawl-extract",): RUN_CONTROL, ("filter", "run"): RUN_CONTROL, ("decontam",): RUN_CONTROL,
               ("dedup",): [f for f in RUN_CONTROL if f not in ("--shard-index", "--num-shards")],
-              ("tokenize", "run"): [f for f in RUN_CONTROL if f != "--strict"]}
+              ("tokenize", "run"): RUN_CONTROL}  # tokenize skips damaged input too
     seen = {}
     for path, expected in stages.items():
         params = [p for p in _command(*path).params if p.opts[0] in RUN_CONTROL]

@@ -88,10 +88,12 @@ def test_pathological_documents_pass_through(tmp_path):
     pq.write_table(pa.table({"id": [str(i) for i in range(len(texts))], "text": texts}), tmp_path / "bad.parquet")
     steps = [{"name": n} for n in ("gopher_repetition", "gopher_quality", "c4", "fineweb", "repeated_ngrams", "pii")]
     m = run_filter([str(tmp_path / "bad.parquet")], str(tmp_path / "out"), FilterConfig(steps=steps, keep_rejected=True), RunOptions(workers=1))
-    assert m.counts["in"] == len(texts) and m.counts["errors"] == 0
-    assert len(read(tmp_path / "out")) + len(read(tmp_path / "out", "rejected")) == len(texts)
+    # the empty and the null text are skipped before the chain and counted; the rest go through it
+    assert m.counts["skipped"] == {"null_text": 1, "empty_text": 1}
+    assert m.counts["in"] == len(texts) - 2 and m.counts["errors"] == 0
+    assert len(read(tmp_path / "out")) + len(read(tmp_path / "out", "rejected")) == len(texts) - 2
     ann = run_filter([str(tmp_path / "bad.parquet")], str(tmp_path / "ann"), FilterConfig(steps=steps, annotate_only=True), RunOptions(workers=1))
-    assert ann.counts["out"] == len(texts)
+    assert ann.counts["out"] == len(texts) - 2
 
 
 def test_workers_do_not_change_the_output(example_docs, fineweb, tmp_path):

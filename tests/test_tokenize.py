@@ -130,7 +130,8 @@ def test_shards_manifest_counts_and_reader(tok_dir, tmp_path):
     for name in ("tokens-00000.bin", "tokens-00001.bin", "tokens-00000.idx"):
         assert (tmp_path / "w1" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes()
     enc = bpe.Encoder(str(tok_dir / "tok"))
-    ordered = docs[0::2] + docs[1::2]
+    ordered = [d for d in docs[0::2] + docs[1::2] if d["text"]]  # an empty text is skipped and counted
+    assert m.counts["skipped"] == {"null_text": 0, "empty_text": 3} and m.counts["errors"] == 0
     expected = enc.encode_batch([d["text"] for d in ordered])
     ds = TokenDataset(tmp_path / "w2")
     assert ds.n_docs == len(ordered) == m.counts["docs"]
@@ -160,7 +161,8 @@ def test_dtype_switches_at_65536():
 def test_empty_documents_and_usage_errors(tok_dir, tmp_path):
     pq.write_table(pa.table({"id": ["a", "b"], "text": ["", None]}), tmp_path / "e.parquet")
     m = run_tokenize([str(tmp_path / "e.parquet")], str(tmp_path / "o"), TokenizeConfig(tokenizer=str(tok_dir / "tok")), RunOptions(workers=1))
-    assert m.counts["docs"] == 2 and m.counts["tokens"] == 2  # just the two EOS ids
+    assert m.counts["docs"] == 0 and m.counts["tokens"] == 0  # rows without text are skipped and counted
+    assert m.counts["skipped"] == {"null_text": 1, "empty_text": 1}
     with pytest.raises(UsageError, match="no text"):
         train_tokenizer([str(tmp_path / "e.parquet")], str(tmp_path / "t"), bpe.TrainTokenizerConfig(vocab_size=600))
     with pytest.raises(UsageError, match="--tokenizer"):

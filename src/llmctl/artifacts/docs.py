@@ -12,13 +12,20 @@ shard is complete, so a crash never leaves a half shard that looks finished.
 
 from __future__ import annotations
 
+import bisect
 import glob
+import gzip
+import io
+import json
 import os
+import re
 import sys
+import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
@@ -118,46 +125,138 @@ def _sources_of(p: Path) -> list[DocsSource]:
 
 # ---------------------------------------------------------------------------------------------
 # Reading
+#
+# Bad input never loses good data (docs/design.md §3): a damaged spot — a JSONL line that is not
+# UTF-8, not JSON or not an object, a Parquet row group or Arrow batch that does not decode, a
+# file that does not open — is left out and written to the ReadLog the caller passes, with its
+# file and place, and reading goes on. The reader runs inside a stage's shard task, so the log
+# travels back in the shard's stats: the same skips, in the same order, whatever --workers.
+# What is not damage but a usage error, found before any work starts (`source_schemas`): a file
+# without a `text` column, a `text` column that does not hold strings, inputs of which no file
+# opens at all (nothing good to keep).
+
+# What pyarrow, gzip and the OS raise on bytes that are not what they should be.
+DAMAGE = (pa.ArrowException, OSError, EOFError, zlib.error)
 
 
-def _normalize(batch: pa.RecordBatch, source: DocsSource, first_row: int) -> pa.RecordBatch:
-    """Make a batch obey the contract: string `id` first, string `text`, other columns kept."""
+@dataclass
+class ReadLog:
+    """What the readers left out of the rows they yielded, for a stage's manifest: `errors`, one
+    entry per damaged spot ({file, line, offset} for a JSONL line, {file, row, rows} for Parquet
+    or Arrow rows, {file} for a file that does not open; and the error), and the rows skipped
+    because their text is null or empty (not damage: there is nothing to process)."""
+
+    errors: list[dict] = field(default_factory=list)
+    null_text: int = 0
+    empty_text: int = 0
+
+    def damage(self, source: DocsSource, error: BaseException | str, **where) -> None:
+        if isinstance(error, BaseException):
+            error = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+        self.errors.append({"file": source.path, **where, "error": error})
+
+    def counts(self) -> dict:
+        """The counts a stage adds to its manifest (summed over shards by the driver)."""
+        return {"skipped": {"null_text": self.null_text, "empty_text": self.empty_text}, "errors": len(self.errors)}
+
+
+def _text_column(text: pa.Array, source: DocsSource) -> pa.Array:
+    """`text` as strings. Null-typed (no row has a text) and other string encodings are cast;
+    anything else is refused rather than silently turned into text (numbers are not documents)."""
+    t = text.type
+    if pa.types.is_string(t):
+        return text
+    if pa.types.is_null(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t) or (
+            pa.types.is_dictionary(t) and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type))):
+        return pc.cast(text, pa.string())
+    raise UsageError(f"{source.path}: the 'text' column holds {t}, not strings")
+
+
+def _normalize(batch: pa.RecordBatch, source: DocsSource, rows, log: ReadLog | None = None, skip_empty: bool = False) -> pa.RecordBatch:
+    """Make a batch obey the contract: string `id` first, string `text`, other columns kept.
+    `rows`: the file's row number of the batch's first row, or of each row (a JSONL file with
+    lines left out), so a derived id is the row's place in its file whatever was skipped before
+    it. `skip_empty` drops rows whose text is null or empty, counted in `log`."""
     names = batch.schema.names
     if "text" not in names:
         raise UsageError(f"{source.path}: no 'text' column (columns: {', '.join(names) or 'none'})")
     cols = {n: batch.column(n) for n in names}
-    if not pa.types.is_string(cols["text"].type):
-        cols["text"] = pc.cast(cols["text"], pa.string())
+    cols["text"] = _text_column(cols["text"], source)
     if "id" in cols:
         if not pa.types.is_string(cols["id"].type):
-            cols["id"] = pc.cast(cols["id"], pa.string())
+            try:
+                cols["id"] = pc.cast(cols["id"], pa.string())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise UsageError(f"{source.path}: the 'id' column ({cols['id'].type}) does not convert to strings") from e
     else:
-        rows = range(first_row, first_row + batch.num_rows)
-        cols["id"] = pa.array([f"{source.label}/{i}" for i in rows], pa.string())
+        numbers = range(rows, rows + batch.num_rows) if isinstance(rows, int) else rows.tolist()
+        cols["id"] = pa.array([f"{source.label}/{i}" for i in numbers], pa.string())
     order = ["id", "text"] + [n for n in names if n not in ("id", "text")]
-    return pa.RecordBatch.from_arrays([cols[n] for n in order], names=order)
+    out = pa.RecordBatch.from_arrays([cols[n] for n in order], names=order)
+    if skip_empty and out.num_rows:
+        text = cols["text"]
+        nulls = text.null_count
+        has_text = pc.fill_null(pc.greater(pc.binary_length(text), 0), False)
+        kept = pc.sum(has_text).as_py() or 0
+        if kept < out.num_rows:
+            if log is not None:
+                log.null_text += nulls
+                log.empty_text += out.num_rows - kept - nulls
+            out = out.filter(has_text)
+    return out
 
 
-def read_source(source: DocsSource, batch_rows: int = BATCH_ROWS, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+def read_source(source: DocsSource, batch_rows: int = BATCH_ROWS, columns: list[str] | None = None,
+                log: ReadLog | None = None, skip_empty: bool = False) -> Iterator[pa.RecordBatch]:
     """Yield normalized record batches of one source file. `columns` (Parquet, Arrow) reads just
-    those columns plus `id` and `text`, for stages that need nothing else."""
+    those columns plus `id` and `text`, for stages that need nothing else. Damage is left out and
+    logged in `log` (module comment above). `skip_empty`: rows whose text is null or empty are
+    left out and counted in `log`, for the stages that process text (cat and head copy them)."""
+    log = log if log is not None else ReadLog()
+    if source.fmt == "parquet":
+        raw = _parquet_batches(source, batch_rows, columns, log)
+    elif source.fmt == "arrow":
+        raw = _arrow_source_batches(source, batch_rows, columns, log)
+    else:
+        raw = _jsonl_batches(source, log)
+    for batch, rows in raw:
+        yield _normalize(batch, source, rows, log, skip_empty)
+
+
+def _parquet_batches(source: DocsSource, batch_rows: int, columns: list[str] | None, log: ReadLog):
+    """(batch, first row) of a Parquet file. Row groups stand alone: after a failure the rest is
+    read one row group at a time, and a group that does not decode is logged with its rows."""
+    try:
+        pf = pq.ParquetFile(source.path)
+    except DAMAGE as e:
+        log.damage(source, e)
+        return
+    cols = None if columns is None else [c for c in pf.schema_arrow.names if c in {"id", "text", *columns}]
+    n_groups = pf.metadata.num_row_groups
+    starts = [0]
+    for i in range(n_groups):
+        starts.append(starts[-1] + pf.metadata.row_group(i).num_rows)
     row = 0
     try:
-        if source.fmt == "parquet":
-            pf = pq.ParquetFile(source.path)
-            cols = None if columns is None else [c for c in pf.schema_arrow.names if c in {"id", "text", *columns}]
-            batches = pf.iter_batches(batch_size=batch_rows, columns=cols)
-        elif source.fmt == "arrow":
-            batches = _arrow_batches(source.path, batch_rows, columns)
-        else:
-            batches = _jsonl_batches(source.path)
-        for batch in batches:
-            yield _normalize(batch, source, row)
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):  # the whole file's batches
+            yield batch, row
             row += batch.num_rows
-    except (pa.ArrowInvalid, OSError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise UsageError(f"input not found: {source.path}") from e
-        raise UsageError(f"{source.path}: unreadable ({str(e).splitlines()[0]})") from e
+        return
+    except DAMAGE:
+        pass  # which group failed is found below: reading ahead may fail before a good group is out
+    for group in range(bisect.bisect_right(starts, row) - 1, n_groups):
+        done = row - starts[group]  # rows of this group already yielded
+        try:
+            for batch in pf.iter_batches(batch_size=batch_rows, columns=cols, row_groups=[group]):
+                if done >= batch.num_rows:
+                    done -= batch.num_rows
+                    continue
+                batch, done = batch.slice(done), 0
+                yield batch, row
+                row += batch.num_rows
+        except DAMAGE as e:
+            log.damage(source, e, row=row, rows=starts[group + 1] - row)
+            row = starts[group + 1]
 
 
 def _open_arrow(path: str) -> pa.ipc.RecordBatchStreamReader | pa.ipc.RecordBatchFileReader:
@@ -170,8 +269,7 @@ def _open_arrow(path: str) -> pa.ipc.RecordBatchStreamReader | pa.ipc.RecordBatc
         return pa.ipc.open_file(mapped)  # its own ArrowInvalid when the file is neither
 
 
-def _arrow_batches(path: str, batch_rows: int = BATCH_ROWS, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
-    reader = _open_arrow(path)
+def _arrow_batches(reader, batch_rows: int = BATCH_ROWS, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
     if isinstance(reader, pa.ipc.RecordBatchFileReader):
         batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
     else:
@@ -184,38 +282,224 @@ def _arrow_batches(path: str, batch_rows: int = BATCH_ROWS, columns: list[str] |
             yield batch.slice(start, batch_rows)
 
 
-def _jsonl_batches(path: str) -> Iterator[pa.RecordBatch]:
-    # open_json streams; block_size large enough for long web documents on one line.
-    stream = pa.input_stream(path, compression="detect")
-    reader = pajson.open_json(stream, read_options=pajson.ReadOptions(block_size=16 << 20))
-    yield from reader
+def _arrow_source_batches(source: DocsSource, batch_rows: int, columns: list[str] | None, log: ReadLog):
+    """(batch, first row) of an Arrow IPC file; a batch that does not decode ends the file (the
+    stream has no boundary to pick up from), logged with the row it stopped at."""
+    try:
+        reader = _open_arrow(source.path)
+    except DAMAGE as e:
+        log.damage(source, e)
+        return
+    row = 0
+    try:
+        for batch in _arrow_batches(reader, batch_rows, columns):
+            yield batch, row
+            row += batch.num_rows
+    except DAMAGE as e:
+        log.damage(source, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}; the rest of the file was not read", row=row)
+
+
+# A JSON string escape of a UTF-16 surrogate: only a line holding one can decode to a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
+def _json_kinds(value: dict, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(path, JSON type) of every non-null value in a row, nested ones included, named as
+    pyarrow's JSON reader names columns (/a/b, /list[])."""
+    for k, v in value.items():
+        path = f"{prefix}/{k}"
+        yield from _kinds_of(path, v)
+
+
+def _kinds_of(path: str, v) -> Iterator[tuple[str, str]]:
+    if v is None:
+        return
+    if isinstance(v, str):
+        yield path, "string"
+    elif isinstance(v, bool):
+        yield path, "boolean"
+    elif isinstance(v, (int, float)):
+        yield path, "number"  # pyarrow widens integers to floats within a column
+    elif isinstance(v, dict):
+        yield path, "object"
+        yield from _json_kinds(v, path)
+    else:
+        yield path, "array"
+        for item in v:
+            yield from _kinds_of(path + "[]", item)
+
+
+class _GoodLines(io.RawIOBase):
+    """The lines of a JSONL(.gz) file that pyarrow's JSON reader can take, as a byte stream; a
+    line that is not UTF-8, not JSON, not an object, holds a lone surrogate, or gives a column
+    another JSON type than the rows before it (pyarrow would refuse the whole file) is left out
+    and logged with its line number and byte offset (in the uncompressed text). Blank lines pass
+    (pyarrow skips them; they are not rows). `skipped` lists the row numbers left out, in order."""
+
+    def __init__(self, source: DocsSource, log: ReadLog):
+        self.source, self.log = source, log
+        self.file = gzip.open(source.path, "rb") if source.path.lower().endswith(".gz") else open(source.path, "rb")
+        self.kinds: dict[str, str] = {}
+        self.skipped: list[int] = []
+        self.buffer = bytearray()
+        self.offset = self.line = self.row = self.good = 0
+        self.done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while len(self.buffer) < len(b) and not self.done:
+            self._fill()
+        n = min(len(b), len(self.buffer))
+        b[:n] = self.buffer[:n]
+        del self.buffer[:n]
+        return n
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
+
+    def _fill(self) -> None:
+        """Take about a MB of lines, one at a time: a line read before a damaged gzip member is
+        kept, where a bulk readlines() would lose every line of its call."""
+        size = 0
+        while size < 1 << 20:
+            try:
+                raw = self.file.readline()
+            except DAMAGE as e:  # a corrupt or truncated gzip member: nothing after it can be found
+                self.log.damage(self.source, f"{type(e).__name__}: {e}; the rest of the file was not read", line=self.line + 1, offset=self.offset)
+                raw = b""
+            if not raw:
+                self.done = True
+                return
+            size += len(raw)
+            self._take(raw)
+
+    def _take(self, raw: bytes) -> None:
+        start = self.offset
+        self.offset += len(raw)
+        self.line += 1
+        if not raw.strip():
+            self.buffer += raw
+            return
+        problem = self._problem(raw)
+        if problem:
+            self.log.damage(self.source, problem, line=self.line, offset=start)
+            self.skipped.append(self.row)
+        else:
+            self.buffer += raw if raw.endswith(b"\n") else raw + b"\n"
+            self.good += 1
+        self.row += 1
+
+    def _problem(self, raw: bytes) -> str | None:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return f"not UTF-8 (byte {e.start} of the line)"
+        try:
+            value = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as e:
+            return f"not JSON ({getattr(e, 'msg', 'nested too deep')}, column {getattr(e, 'colno', '?')})"
+        if not isinstance(value, dict):
+            return f"a JSON {type(value).__name__}, not an object"
+        if _SURROGATE_ESCAPE.search(raw):
+            try:
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                return "a lone UTF-16 surrogate escape (not text)"
+        kinds = dict(_json_kinds(value))
+        for path, kind in kinds.items():
+            seen = self.kinds.get(path)
+            if seen is not None and seen != kind:
+                return f"{path[1:]!r} is a JSON {kind} where earlier rows have a {seen}"
+        for path, kind in kinds.items():
+            self.kinds.setdefault(path, kind)
+        return None
+
+
+def _jsonl_batches(source: DocsSource, log: ReadLog):
+    """(batch, row numbers) of a JSONL file: its good lines through pyarrow's reader (the types
+    it infers are what they always were), each batch with the file's row numbers of its rows."""
+    try:
+        lines = _GoodLines(source, log)
+    except DAMAGE as e:
+        log.damage(source, e)
+        return
+    good = 0
+    try:
+        while not (lines.good or lines.done):  # pyarrow refuses a stream without a row: ask first
+            lines._fill()
+        if not lines.good:
+            return
+        # open_json streams; block_size large enough for long web documents on one line; one
+        # thread: the line filter feeding it is Python anyway
+        reader = pajson.open_json(lines, read_options=pajson.ReadOptions(block_size=16 << 20, use_threads=False))
+        for batch in reader:
+            yield batch, _file_rows(good, batch.num_rows, lines.skipped)
+            good += batch.num_rows
+    except DAMAGE as e:  # what the line filter cannot foresee (a line past the block size, ...)
+        rows = _file_rows(good, 1, lines.skipped)
+        row = rows if isinstance(rows, int) else int(rows[0])
+        log.damage(source, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}; the rest of the file was not read", row=row)
+    finally:
+        lines.close()
+
+
+def _file_rows(first_good: int, n: int, skipped: list[int]):
+    """The file's row numbers of good rows first_good..first_good+n-1, given the (sorted) row
+    numbers left out: the first one's alone when none was left out before or among them."""
+    if not skipped or skipped[0] >= first_good + n:
+        return first_good
+    s = np.asarray(skipped, dtype=np.int64)
+    # the k-th skipped row sits before good row g exactly when s[k] - k <= g
+    g = np.arange(first_good, first_good + n, dtype=np.int64)
+    rows = g + np.searchsorted(s - np.arange(len(s)), g, side="right")
+    return rows
 
 
 def row_count(source: DocsSource) -> int:
-    """Rows of one source: from Parquet metadata, from the batch headers of a memory-mapped Arrow
-    file (the columns are not read), or by reading a JSONL file through."""
-    if source.fmt == "parquet":
-        return pq.ParquetFile(source.path).metadata.num_rows
-    if source.fmt == "arrow":
-        try:
-            return sum(b.num_rows for b in _arrow_batches(source.path, batch_rows=sys.maxsize))
-        except (pa.ArrowInvalid, OSError) as e:
-            raise UsageError(f"{source.path}: unreadable ({str(e).splitlines()[0]})") from e
+    """Rows of one source (how much work its task is): from Parquet metadata, from the batch
+    headers of a memory-mapped Arrow file (the columns are not read), or by reading a JSONL file
+    through. A file that does not open counts 0: its task only logs it."""
+    try:
+        if source.fmt == "parquet":
+            return pq.ParquetFile(source.path).metadata.num_rows
+        if source.fmt == "arrow":
+            return sum(b.num_rows for b in _arrow_batches(_open_arrow(source.path), batch_rows=sys.maxsize))
+    except DAMAGE:
+        return 0
     return sum(b.num_rows for b in read_source(source))
 
 
-def source_schema(source: DocsSource) -> pa.Schema:
-    """Schema after normalization, without reading the data when the file format allows."""
+def source_schema(source: DocsSource, log: ReadLog | None = None) -> pa.Schema | None:
+    """Schema after normalization, without reading the data when the file format allows; None
+    when the file does not open (logged in `log` when given)."""
     if source.fmt in ("parquet", "arrow"):
         try:
             schema = pq.read_schema(source.path) if source.fmt == "parquet" else _open_arrow(source.path).schema
-        except (pa.ArrowInvalid, OSError) as e:
-            raise UsageError(f"{source.path}: unreadable ({str(e).splitlines()[0]})") from e
+        except DAMAGE as e:
+            if log is not None:
+                log.damage(source, e)
+            return None
         empty = pa.RecordBatch.from_pylist([], schema=schema)
         return _normalize(empty, source, 0).schema
     for batch in read_source(source):
         return batch.schema
     return pa.schema([("id", pa.string()), ("text", pa.string())])
+
+
+def source_schemas(sources: list[DocsSource]) -> list[pa.Schema | None]:
+    """Each source's schema (None: a file that does not open, which its reader will log as
+    damage), checked in the driver before any work starts, so that what is a usage error is one
+    (exit 2) and not a failed shard: a file without a string `text` column, or inputs of which not
+    one file opens (there is no good data to keep)."""
+    log = ReadLog()
+    schemas = [source_schema(s, log) for s in sources]
+    if sources and all(s is None for s in schemas):
+        first = log.errors[0]
+        raise UsageError(f"{first['file']}: unreadable ({first['error']})")
+    return schemas
 
 
 def unify_schemas(schemas: list[pa.Schema]) -> pa.Schema:
@@ -242,17 +526,21 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 @dataclass
 class DocsInput:
-    """An opened set of inputs: the unified schema plus a batch iterator (files or stdin)."""
+    """An opened set of inputs: the unified schema, a batch iterator (files or stdin), and the log
+    of what the reading left out (complete once the batches are exhausted)."""
 
     schema: pa.Schema
     batches: Iterator[pa.RecordBatch]
     sources: list[DocsSource]
+    log: ReadLog = field(default_factory=ReadLog)
 
 
-def open_docs_inputs(args: list[str], stdin=None) -> DocsInput:
-    """Open inputs for sequential reading. `-` reads an Arrow IPC stream from stdin."""
+def open_docs_inputs(args: list[str], stdin=None, skip_empty: bool = False) -> DocsInput:
+    """Open inputs for sequential reading. `-` reads an Arrow IPC stream from stdin. `skip_empty`
+    as in `read_source`."""
     if not args:
         raise UsageError("no inputs given")
+    log = ReadLog()
     if args == [STDIO]:
         reader = _open_stdin_stream(stdin)
         label = DocsSource(STDIO, "stream", "stdin")
@@ -261,20 +549,31 @@ def open_docs_inputs(args: list[str], stdin=None) -> DocsInput:
 
         def gen():
             row = 0
-            for b in reader:
-                yield _normalize(b, label, row)
-                row += b.num_rows
+            try:
+                for b in reader:
+                    yield _normalize(b, label, row, log, skip_empty)
+                    row += b.num_rows
+            except DAMAGE as e:
+                log.damage(label, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}; the rest of the stream was not read", row=row)
 
-        return DocsInput(norm, gen(), [])
+        return DocsInput(norm, gen(), [], log)
     sources = resolve_docs_inputs(args)
-    schema = unify_schemas([source_schema(s) for s in sources])
+    schema = unify_schemas([s for s in source_schemas(sources) if s is not None])
 
     def gen():
         for s in sources:
-            for b in read_source(s):
+            for b in read_source(s, log=log, skip_empty=skip_empty):
                 yield conform(b, schema)
 
-    return DocsInput(schema, gen(), sources)
+    return DocsInput(schema, gen(), sources, log)
+
+
+def docs_sources(inputs: list[str], spool: str | os.PathLike) -> list[DocsSource]:
+    """The sources a sharded docs stage runs over (stdin spooled to Parquet parts in `spool`, or
+    the expanded paths), their columns checked by `source_schemas` in the driver."""
+    sources = spool_stdin(spool) if inputs == [STDIO] else resolve_docs_inputs(inputs)
+    source_schemas(sources)
+    return sources
 
 
 def _open_stdin_stream(stdin=None) -> pa.RecordBatchStreamReader:
@@ -289,12 +588,16 @@ def _open_stdin_stream(stdin=None) -> pa.RecordBatchStreamReader:
 
 def spool_stdin(tmpdir: str | os.PathLike, rows_per_part: int = 100_000) -> list[DocsSource]:
     """A stream on stdin becomes Parquet parts in `tmpdir`, so a multi-process stage can shard
-    it like files (a pipe can only be read once, by one process)."""
+    it like files (a pipe can only be read once, by one process). Rows without text are kept
+    (the stage's shards skip and count them); a stream that breaks off is a usage error, since
+    the parts have no manifest to count it in."""
     inp = open_docs_inputs([STDIO])
     sink = DocsSink(Path(tmpdir), inp.schema, rows_per_part=rows_per_part)
     for b in inp.batches:
         sink.write(b)
     sink.close()
+    if inp.log.errors:
+        raise UsageError(f"stdin: {inp.log.errors[0]['error']}")
     return [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
 
 
@@ -355,6 +658,8 @@ class DocsSink:
     """
 
     def __init__(self, out: Path | str, schema: pa.Schema, rows_per_part: int = 1_000_000, stdout=None):
+        if rows_per_part < 1:  # `write` fills parts of this many rows: 0 would never fill one
+            raise UsageError(f"rows per part must be >= 1, got {rows_per_part}")
         self.schema = schema
         self.rows_per_part = rows_per_part
         self.rows = 0

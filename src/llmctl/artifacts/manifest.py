@@ -17,6 +17,7 @@ from pathlib import Path
 
 from llmctl.artifacts.atomic import write_text
 from llmctl.artifacts.card import write_docs_card
+from llmctl.errors import UsageError
 from llmctl import __version__
 
 MANIFEST = "manifest.json"
@@ -102,12 +103,53 @@ def write_manifest(out_dir: str | os.PathLike, manifest: Manifest) -> Path:
 
 
 def read_manifest(path: str | os.PathLike) -> Manifest:
+    """The manifest of an artifact (or a manifest.json path). Every command that reads an input
+    artifact comes through here, so a manifest that is not JSON, or not a manifest's shape, is
+    one usage error naming the file, never a traceback."""
     p = Path(path)
     if p.is_dir():
         p = p / MANIFEST
-    data = json.loads(p.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{p.parent} is not an artifact (no {MANIFEST})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"{p}: corrupt manifest ({type(e).__name__}: {e})") from e
+    problem = _shape_problem(data)
+    if problem:
+        raise UsageError(f"{p}: corrupt manifest ({problem})")
     known = {k: v for k, v in data.items() if k in Manifest.__dataclass_fields__}
     return Manifest(**known)
+
+
+def _shape_problem(data) -> str | None:
+    """What makes parsed JSON unusable as a manifest (the keys readers index without looking)."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    for key in ("kind", "stage"):
+        if not isinstance(data.get(key), str):
+            return f"no {key!r}"
+    for key, typ in (("config", dict), ("counts", dict), ("inputs", list), ("outputs", list), ("errors", list), ("command", list)):
+        if key in data and not isinstance(data[key], typ):
+            return f"{key!r} is not a JSON {'object' if typ is dict else 'array'}"
+    if not all(isinstance(o, dict) and isinstance(o.get("file"), str) for o in data.get("outputs", [])):
+        return "an 'outputs' entry without a 'file'"
+    if not all(isinstance(i, dict) for i in data.get("inputs", [])):
+        return "an 'inputs' entry that is not an object"
+    return None
+
+
+def error_place(e: dict) -> str:
+    """Where a damaged spot is, in words, from an `errors` entry: the line (and byte) of a JSONL
+    line, the row of a Parquet/Arrow row group, the byte of a WARC record, or just the file."""
+    where = e.get("file", e.get("shard", "?"))
+    if "line" in e:
+        return f"{where} line {e['line']}" + (f" (byte {e['offset']})" if "offset" in e else "")
+    if "row" in e:
+        return f"{where} row {e['row']}"
+    if "offset" in e:
+        return f"{where} at byte {e['offset']}"
+    return str(where)
 
 
 def has_manifest(path: str | os.PathLike) -> bool:

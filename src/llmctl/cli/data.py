@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from llmctl.cli import render
-from llmctl.cli.options import Config, DocsIn, Json, Out, Overwrite, Quiet, RunFlags, flags, run_control
+from llmctl.cli.options import Config, DocsIn, Json, Out, Overwrite, Quiet, RunFlags, Strict, flags, run_control
 from llmctl.console import ConsoleProgress
 
 app = typer.Typer()
@@ -20,6 +20,7 @@ def cat(
     output: Out = ...,
     rows_per_part: Annotated[int, typer.Option(help="Rows per output Parquet part.")] = 1_000_000,
     overwrite: Overwrite = False,
+    strict: Strict = False,
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
@@ -28,7 +29,7 @@ def cat(
     from llmctl.data.cat import CatConfig, run_cat
 
     quiet, as_json = flags(quiet, json_)
-    cfg = build_config(CatConfig, "cat", None, {"rows_per_part": rows_per_part, "overwrite": overwrite})
+    cfg = build_config(CatConfig, "cat", None, {"rows_per_part": rows_per_part, "overwrite": overwrite, "strict": strict})
     m = run_cat(inputs, output, cfg, ConsoleProgress(quiet))
     render.report(m, output, quiet, as_json)
 
@@ -39,6 +40,7 @@ def head(
     n: Annotated[int, typer.Option("-n", "--lines", help="Number of documents to keep.")] = 10,
     output: Out = ...,
     overwrite: Overwrite = False,
+    strict: Strict = False,
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
@@ -47,7 +49,7 @@ def head(
     from llmctl.data.cat import CatConfig, run_cat
 
     quiet, as_json = flags(quiet, json_)
-    cfg = build_config(CatConfig, "head", None, {"limit": n, "overwrite": overwrite})
+    cfg = build_config(CatConfig, "head", None, {"limit": n, "overwrite": overwrite, "strict": strict})
     m = run_cat([input], output, cfg, ConsoleProgress(quiet))
     render.report(m, output, quiet, as_json)
 

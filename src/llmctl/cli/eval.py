@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from llmctl.bounds import check_flags
 from llmctl.cli import render
 from llmctl.cli.options import Config, DefaultCommandGroup, Json, Overwrite, Quiet, flags, typed
 from llmctl.console import ConsoleProgress, print_json
@@ -105,6 +106,7 @@ def generate(
     from llmctl.eval.runner import EvalConfig, Evaluator
     from llmctl.model.generate import SamplingParams
 
+    check_flags("generate", n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     ev = Evaluator(checkpoint, EvalConfig())  # only loads the model: no eval setting applies
     engine = ev.vocab.engine(ev.model, chat=ev.chat is not None)
     if ev.chat is not None:  # SFT/RL checkpoints: each prompt is a user turn

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from llmctl.bounds import check_flags
 from llmctl.cli import render
 from llmctl.cli.options import Json, Quiet, flags
 from llmctl.console import print_json
@@ -26,6 +27,7 @@ def inspect(
     from llmctl.data.inspect import inspect_path
 
     _, as_json = flags(quiet, json_)
+    check_flags("inspect", samples=samples)
     info = inspect_path(path, samples=samples)
     if as_json:
         print_json(info)

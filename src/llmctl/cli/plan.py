@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from llmctl.bounds import check_flags
 from llmctl.cli import render
 from llmctl.cli.options import Json, Quiet, flags
 from llmctl.console import print_json
@@ -56,6 +57,9 @@ def plan(
     from llmctl.plan.planner import HARDWARE_HEADERS, hardware_rows
 
     _, as_json = flags(quiet, json_)
+    check_flags("plan", tokens=tokens, flops=flops, days=days, gpus=gpus, mfu=mfu, seq_len=seq_len, micro_batch=micro_batch,
+                batch_tokens=batch_tokens, zero=zero, price=price, mttf=mttf, failure_rate=failure_rate, gpus_per_node=gpus_per_node,
+                ckpt_write_s=ckpt_write_s, restart_s=restart_s, ettr=ettr, gpu_hours=gpu_hours)
     if list_gpus:
         hw_table = load_table(hardware_file)
         if as_json:

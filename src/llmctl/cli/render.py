@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from llmctl.artifacts.manifest import error_place
 from llmctl.console import err, flatten, print_json, table
 
 
@@ -95,7 +96,7 @@ def inspect_view(info: dict) -> None:
         out.print(table(f"sample {i}", [(k, v) for k, v in row.items()]))
     errors = info.get("errors") or []
     if errors:
-        out.print(table("errors", [(e.get("file", e.get("shard", "")), e.get("offset", ""), e.get("error", e.get("message", ""))) for e in errors], headers=("where", "offset", "error")))
+        out.print(table("errors", [(error_place(e), e.get("error", e.get("message", ""))) for e in errors], headers=("where", "error")))
 
 
 def lineage_tree(node: dict) -> None:

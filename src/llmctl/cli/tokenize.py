@@ -20,7 +20,7 @@ tokenize_app = typer.Typer(
 
 
 @tokenize_app.command("run")
-@run_control(omit=("strict",))  # encoding has no damaged input to skip
+@run_control()
 def tokenize_run(
     inputs: Annotated[list[str], typer.Argument(help="Docs inputs: artifacts, Parquet/JSONL files or dirs, globs.")],
     output: Out = ...,

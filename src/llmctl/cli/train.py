@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from llmctl.bounds import check_flags
 from llmctl.cli import render
 from llmctl.cli.options import Json, Overwrite, Quiet, flags
 from llmctl.errors import UsageError
@@ -61,6 +62,7 @@ def train(
         raise UsageError("train: --init, --tokenizer and --val-fraction go with --sft")
     if init and any(x.strip().startswith("model.") for x in set_ or []):
         raise UsageError("train: --init fixes the architecture; --set model.* cannot change it")
+    check_flags("sft", val_fraction=val_fraction)
 
     quiet, as_json = flags(quiet, json_)
     overrides = dict(max_tokens=max_tokens, max_steps=max_steps, lr=lr, batch_tokens=batch_tokens, micro_batch=micro_batch,

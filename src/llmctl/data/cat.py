@@ -3,6 +3,9 @@
 Both read any docs input (artifact, foreign Parquet/JSONL, or `-`), conform rows to one schema
 (the union of the inputs' columns), and write an artifact or a stream. They run in one process:
 they are I/O bound, and `head` must stop reading as soon as it has its rows.
+
+They copy: a row whose text is null or empty is kept (the stages that read text skip it). A
+damaged spot in the input is left out, counted under `errors` and logged, as in every stage.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from dataclasses import dataclass
 from llmctl.artifacts.atomic import STDIO, prepare_new_out
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.docs import DocsSink, open_docs_inputs
-from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
-from llmctl.errors import UsageError
+from llmctl.artifacts.manifest import Manifest, error_place, input_ref, write_manifest
+from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.progress import Progress
 
 
@@ -23,6 +26,7 @@ class CatConfig:
     limit: int | None = None  # stop after this many rows (head)
     rows_per_part: int = 1_000_000
     overwrite: bool = False
+    strict: bool = False  # damaged input fails the run (exit 1) instead of being skipped and counted
 
 
 def run_cat(inputs: list[str], out: str, cfg: CatConfig, progress: Progress | None = None, stdin=None, stdout=None) -> Manifest:
@@ -34,6 +38,8 @@ def _run_cat(inputs: list[str], out: str, cfg: CatConfig, progress: Progress | N
     progress = progress or Progress()
     if cfg.limit is not None and cfg.limit < 0:
         raise UsageError("-n must be >= 0")
+    if cfg.rows_per_part < 1:
+        raise UsageError(f"--rows-per-part must be >= 1, got {cfg.rows_per_part}")
     t0 = time.perf_counter()
     stage = "head" if cfg.limit is not None else "cat"
     prepare_new_out(out, cfg.overwrite)
@@ -56,15 +62,20 @@ def _run_cat(inputs: list[str], out: str, cfg: CatConfig, progress: Progress | N
         sink.abort()
         raise
     progress.finish()
+    for e in docs.log.errors:
+        progress.log(f"{stage}: skipped damage in {error_place(e)}: {e['error']}")
     manifest = Manifest(
         kind="docs",
         stage=stage,
         config={"limit": cfg.limit, "rows_per_part": cfg.rows_per_part},
         inputs=refs,
         outputs=sink.outputs,
-        counts={"in": rows_in, "out": sink.rows},
+        counts={"in": rows_in, "out": sink.rows, "errors": len(docs.log.errors)},
+        errors=docs.log.errors,
         wall_seconds=round(time.perf_counter() - t0, 3),
     )
     if out != STDIO:
         write_manifest(out, manifest)
+    if cfg.strict and docs.log.errors:
+        raise StageFailed(f"{len(docs.log.errors)} damaged input record(s) skipped (--strict)")
     return manifest

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, row_count, source_schema, spool_stdin
+from llmctl.artifacts.docs import DocsSource, ReadLog, ShardWriter, docs_sources, part_name, read_source, row_count, source_schema
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.data.filters import STEPS, Doc, Step, all_stats, build_step, first_failure
 from llmctl.errors import UsageError
@@ -152,7 +152,10 @@ class _ShardFn:
 def filter_shard(task: Task, out: Path, report, cfg: FilterConfig, steps: list[Step]) -> dict:
     source = DocsSource(**task.payload)
     labels = step_labels(cfg.steps)
-    in_schema = source_schema(source)
+    log = ReadLog()  # damaged spots and text-less rows the reader leaves out: this shard's to report
+    in_schema = source_schema(source, log)
+    if in_schema is None:  # the file does not open: nothing to write, the damage is counted
+        return {"outputs": [], "counts": {"in": 0, "out": 0, "kept": 0, **log.counts()}, "errors": log.errors}
     schema = output_schema(in_schema, steps, labels, cfg.annotate_only)
     rej_schema = schema.append(pa.field("reason", pa.string())) if "reason" not in schema.names else schema
     funnel = {label: {"docs_removed": 0, "chars_removed": 0, "chars_rewritten": 0} for label in labels}
@@ -165,7 +168,7 @@ def filter_shard(task: Task, out: Path, report, cfg: FilterConfig, steps: list[S
         outputs.append(f"rejected/{task.name}.parquet")
         rej_writer = ShardWriter(out / outputs[1], rej_schema)
     try:
-        for batch in read_source(source):
+        for batch in read_source(source, log=log, skip_empty=True):
             kept_rows, rej_rows = [], []
             for row in batch.to_pylist():
                 original = row.get("text") or ""
@@ -216,7 +219,9 @@ def filter_shard(task: Task, out: Path, report, cfg: FilterConfig, steps: list[S
             "chars_kept": chars_kept,
             "rejected": rejected_by,
             "funnel": funnel,
+            **log.counts(),
         },
+        "errors": log.errors,
     }
 
 
@@ -228,7 +233,7 @@ def _texts_reaching(before: list[Step], labels: list[str], sources: list[DocsSou
     """The texts that get through `before`, as they arrive (DCLM took its top fraction after the
     heuristic filters, not of the raw crawl)."""
     for s in sources:
-        for b in read_source(s):
+        for b in read_source(s, skip_empty=True):  # the shards count what is left out
             for row in b.to_pylist():
                 o = run_chain(before, labels, row, annotate=False)
                 if o.reason is None:
@@ -241,7 +246,7 @@ def run_filter(inputs: list[str], out: str, cfg: FilterConfig, opts: RunOptions 
     with executor_scope(opts):  # one scope, opened before OUT is touched
         steps = build_steps(cfg)
         with tempfile.TemporaryDirectory(prefix="llmctl-filter-in-") as spool:
-            sources = spool_stdin(spool) if inputs == [STDIO] else resolve_docs_inputs(inputs)
+            sources = docs_sources(inputs, spool)
             labels = step_labels(cfg.steps)
             for k, step in enumerate(steps):
                 if step.needs_prepare:  # corpus-wide figures (a top-fraction threshold) before any shard

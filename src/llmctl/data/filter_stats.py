@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.docs import open_docs_inputs
+from llmctl.artifacts.manifest import error_place
 from llmctl.errors import UsageError
 from llmctl.runtime.progress import Progress
 
@@ -61,6 +62,8 @@ def read_stats(inputs: list[str], progress: Progress) -> tuple[dict[str, np.ndar
             reasons.append(np.full(batch.num_rows, None, dtype=object))
         progress.advance(batch.num_rows)
     progress.finish()
+    for e in docs.log.errors:  # plotted without them; named, so nobody takes the plot for the whole input
+        progress.log(f"filter stats: skipped damage in {error_place(e)}: {e['error']}")
     values = {n.removeprefix(STATS_PREFIX): np.concatenate(c) if c else np.zeros(0) for n, c in chunks.items()}
     reason = np.concatenate(reasons) if reasons else np.zeros(0, dtype=object)
     rejected = np.array([r is not None for r in reason], dtype=bool)

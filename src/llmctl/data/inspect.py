@@ -73,9 +73,11 @@ def _docs_view(path: str, samples: int, stdin, count: bool = False) -> dict:
             if isinstance(v, str) and len(v) > SAMPLE_CHARS:
                 r[k] = v[:SAMPLE_CHARS] + "…"
     out = {"schema": {f.name: str(f.type) for f in docs.schema}, "samples": rows}
-    if count:
+    if count:  # read through: what the reader left out is known
         out["rows"] = n
         out["files"] = len(docs.sources)
+        out["errors"] = docs.log.errors[:10]
+        out["error_count"] = len(docs.log.errors)
     return out
 
 

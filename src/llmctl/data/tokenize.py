@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmctl.artifacts.docs import DocsSource, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count
+from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count, source_schemas
 from llmctl.artifacts.atomic import atomic_path, prepare_new_out
 from llmctl.artifacts.lock import output_lock
-from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, write_manifest
+from llmctl.artifacts.manifest import Manifest, error_place, file_sha256, input_ref, write_manifest
 from llmctl.artifacts.tokens import TokenShardWriter, token_dtype
 from llmctl.data import tokenizer as bpe
 from llmctl.hashing import h64
@@ -53,11 +53,13 @@ def _train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig,
     t0 = time.perf_counter()
     prepare_new_out(out, cfg.overwrite)
     sources = resolve_docs_inputs(inputs)
+    source_schemas(sources)  # a file without a string text column is a usage error, before any work
+    log = ReadLog()
     # Raw input files are hashed for the manifest while the text is read and the trainer runs
     # (hashlib drops the GIL): on a large Parquet file that is seconds off the critical path.
     with ThreadPoolExecutor(1) as pool:
         refs = pool.submit(lambda: [input_ref(p) for p in inputs])
-        column = pa.chunked_array([b.column("text") for s in sources for b in read_source(s, columns=[])], pa.string())
+        column = pa.chunked_array([b.column("text") for s in sources for b in read_source(s, columns=[], log=log, skip_empty=True)], pa.string())
         lengths = pc.utf8_length(column).fill_null(0).to_pylist()  # characters, as Python's len
         keep = bpe.sample_indices(lengths, cfg.max_chars, cfg.seed)
         if not keep:
@@ -67,6 +69,8 @@ def _train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig,
         tok = bpe.train(sample, cfg)
         progress.finish()
         input_refs = refs.result()
+    for e in log.errors:
+        progress.log(f"tokenize train: skipped damage in {error_place(e)}: {e['error']}")
     Path(out).mkdir(parents=True, exist_ok=True)
     path = Path(out) / "tokenizer.json"
     with atomic_path(path) as tmp:
@@ -80,7 +84,8 @@ def _train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig,
         config=config,
         inputs=input_refs,
         outputs=[{"file": "tokenizer.json", "rows": None, "bytes": path.stat().st_size, "sha256": file_sha256(path)}],
-        counts={"docs": len(column), "docs_sampled": len(keep), "chars_sampled": sum(lengths[i] for i in keep), "vocab_size": meta.vocab_size},
+        counts={"docs": len(column), "docs_sampled": len(keep), "chars_sampled": sum(lengths[i] for i in keep), "vocab_size": meta.vocab_size, **log.counts()},
+        errors=log.errors,
         wall_seconds=round(time.perf_counter() - t0, 3),
     )
     write_manifest(out, m)
@@ -123,8 +128,9 @@ class _Encode:
         enc = bpe.encoder(self.tokenizer_path, threads=self.threads)
         bin_name, idx_name = f"{task.name}.bin", f"{task.name}.idx"
         n_bytes = skipped = 0
+        log = ReadLog()  # damaged spots and text-less rows the reader leaves out: this shard's to report
         with TokenShardWriter(out / bin_name, out / idx_name, enc.info.eos_id, token_dtype(enc.info.vocab_size)) as shard:
-            for batch in read_source(DocsSource(**task.payload), columns=[]):
+            for batch in read_source(DocsSource(**task.payload), columns=[], log=log, skip_empty=True):
                 texts = batch.column("text")
                 if cfg.split:
                     keep = [(cfg.split == "val") == in_val(i, cfg.val_fraction, cfg.seed) for i in batch.column("id").to_pylist()]
@@ -137,7 +143,8 @@ class _Encode:
                 report(batch.num_rows)
         return {
             "outputs": [{"file": bin_name, "rows": shard.n_tokens}, {"file": idx_name, "rows": shard.n_docs}],
-            "counts": {"docs": shard.n_docs, "tokens": shard.n_tokens, "bytes": n_bytes, "other_split": skipped},
+            "counts": {"docs": shard.n_docs, "tokens": shard.n_tokens, "bytes": n_bytes, "other_split": skipped, **log.counts()},
+            "errors": log.errors,
         }
 
 
@@ -153,6 +160,7 @@ def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOpti
         if out == STDIO:
             raise UsageError("token shards are written to a directory, not to '-'")
         sources = resolve_docs_inputs(inputs)
+        source_schemas(sources)  # a file without a string text column is a usage error, before any work
         tasks = [Task(i, f"tokens-{i:05d}", asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
         workers = opts.workers or default_workers()
         # fewer shards than workers still use every core: tiktoken's threads work inside a shard

@@ -100,7 +100,7 @@ class Evaluator:
         return self._generative(spec, items)
 
     def _loss(self, spec: TaskSpec) -> tuple[dict, list[dict]]:
-        data = TokenDataset(spec.path)
+        data = TokenDataset(spec.path, verify=True)  # every shard checked against its sha256 before scoring
         seq_len = self.model.cfg.max_seq_len
         token_bytes = token_byte_lengths(self.ckpt.tokenizer_file, self.model.cfg.padded_vocab)
         self.progress.start(None, description=spec.name)

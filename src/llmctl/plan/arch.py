@@ -117,15 +117,21 @@ def load_preset(name_or_path: str) -> tuple[Arch, dict[str, Any]]:
     """A train preset (`stages/train/NAME.toml` or a path): its [model] as an Arch, its [train] table."""
     from llmctl.config import find_config, read_toml
 
+    from llmctl.bounds import check_value
+    from llmctl.config import build_config
+
     path = find_config("train", name_or_path)
     data = read_toml(path)
     if not isinstance(data.get("model"), dict):
         raise UsageError(f"{path}: no [model] table")
-    try:
-        cfg = ModelConfig.from_dict(data["model"], where=str(path))
-    except TypeError as e:  # a value of the wrong type reaching the dataclass
-        raise UsageError(f"{path}: {e}") from e
+    cfg = build_config(ModelConfig, "train", str(path), table="model")  # as train builds it: types and ranges checked
     train = data.get("train") or {}
+    # the [train] keys plan reads (TrainConfig itself would import torch, seconds for a plan)
+    for k in ("seq_len", "micro_batch", "batch_tokens", "max_tokens"):
+        v = train.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise UsageError(f"{path}: [train] {k}: expected int, got {v!r}")
+        check_value("TrainConfig", k, v, f"{path}: [train] {k}")
     try:
         shown = path.resolve().relative_to(Path.cwd())
     except ValueError:

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from llmctl.artifacts.atomic import STDIO, clear_dir, disk_error, entries, remove_stale_temps, write_text
 from llmctl.artifacts.docs import DocsSink, unify_schemas
 from llmctl.artifacts.lock import output_lock
-from llmctl.artifacts.manifest import Manifest, input_identity, output_entry, write_manifest
+from llmctl.artifacts.manifest import Manifest, error_place, input_identity, output_entry, write_manifest
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, TaskResult, current_backend, run_tasks
 from llmctl.runtime.options import RunOptions, executor_scope
@@ -210,7 +210,7 @@ def _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, st
 
         def on_result(r: TaskResult) -> None:
             for e in (r.stats or {}).get("errors", []):  # damage inside a shard, named for the user
-                progress.log(f"{stage}: skipped damage in {e.get('file', r.name)} at byte {e.get('offset', '?')}: {e.get('error')}")
+                progress.log(f"{stage}: skipped damage in {error_place({'file': r.name, **e})}: {e.get('error')}")
             if sink:
                 sink.emit(r)
 

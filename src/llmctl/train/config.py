@@ -79,25 +79,15 @@ def parse_sets(sets: list[str]) -> tuple[dict, dict]:
 
 
 def load_run_config(config: str | None, train_flags: dict, sets: list[str] = ()) -> tuple[ModelConfig, TrainConfig]:
-    """A train preset ([model] and [train] tables), then --set overrides, then explicit flags."""
+    """A train preset ([model] and [train] tables), then --set overrides, then explicit flags; each
+    value type- and range-checked by build_config, naming the flag, `--set KEY` or the file."""
     from llmctl.config import build_config, find_config, read_toml
 
-    model_values: dict = {}
     if config:
         path = find_config("train", config)
-        data = read_toml(path)
-        unknown = sorted(set(data) - {"model", "train"})
+        unknown = sorted(set(read_toml(path)) - {"model", "train"})
         if unknown:
             raise UsageError(f"{path}: unknown table(s) {', '.join(unknown)} (expected [model] and [train])")
-        model_values = dict(data.get("model", {}))
     model_sets, train_sets = parse_sets(list(sets))
-    model_values.update(model_sets)
-    try:
-        model_cfg = ModelConfig.from_dict(model_values)
-    except TypeError as e:
-        raise UsageError(f"model config: {e}") from e
-    unknown = sorted(set(train_sets) - set(TrainConfig.__dataclass_fields__))
-    if unknown:
-        raise UsageError(f"--set: unknown train key(s) {', '.join(unknown)}")
-    overrides = {**train_sets, **{k: v for k, v in train_flags.items() if v is not None}}
-    return model_cfg, build_config(TrainConfig, "train", config, overrides, table="train")
+    model_cfg = build_config(ModelConfig, "train", config, table="model", sets=model_sets)
+    return model_cfg, build_config(TrainConfig, "train", config, train_flags, table="train", sets=train_sets)

@@ -23,8 +23,8 @@ class PretrainData:
 
     def __init__(self, tokens: Path, val: Path | None, seq_len: int, seed: int,
                  on_log: Callable[[str], None] = lambda m: None):
-        self.train = TokenDataset(tokens)
-        self.val = TokenDataset(val) if val else None
+        self.train = TokenDataset(tokens, verify=True)  # every shard checked against its sha256 before step 1
+        self.val = TokenDataset(val, verify=True) if val else None
         self.seq_len, self.seed, self.on_log = seq_len, seed, on_log
         self.vocab_size = self.train.vocab_size
         self.tokenizer_file = self._tokenizer_file()

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from llmctl.artifacts.atomic import write_text
-from llmctl.artifacts.docs import STDIO, DocsSource, ShardWriter, part_name, read_source, resolve_docs_inputs, row_count, source_schema, spool_stdin
+from llmctl.artifacts.docs import STDIO, DocsSource, ReadLog, ShardWriter, docs_sources, part_name, read_source, row_count, source_schema
 from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, output_entry, write_manifest
 from llmctl.data.decontam.against import EvalTask, resolve_task_files
 from llmctl.data.decontam.index import EvalIndex, build_index, match_docs
@@ -122,8 +122,12 @@ def decontam_shard(task: Task, out: Path, report, cfg: DecontamConfig, index: Ev
     flag = cfg.mode == "flag"
     outputs: list[str] = []
     writer = rej = None
+    log = ReadLog()  # damaged spots and text-less rows the reader leaves out: this shard's to report
+    schema = source_schema(source, log)
+    if schema is None:  # the file does not open: nothing to write, the damage is counted
+        counts = {"in": 0, **({"out": 0} if writing else {}), "contaminated": 0, **log.counts()}
+        return {"outputs": [], "counts": counts, "errors": log.errors}
     if writing:
-        schema = source_schema(source)
         if flag:
             schema = _add_fields(schema, [("contaminated", pa.bool_()), ("contaminated_tasks", TASKS_TYPE)])
         outputs.append(f"{task.name}.parquet")
@@ -138,7 +142,7 @@ def decontam_shard(task: Task, out: Path, report, cfg: DecontamConfig, index: Ev
     item_docs: dict[str, int] = {}
     gram_docs: dict[str, int] = {}
     try:
-        for batch in read_source(source, columns=None if writing else []):
+        for batch in read_source(source, columns=None if writing else [], log=log, skip_empty=True):
             texts = batch.column("text").to_pylist()
             gram_doc, gram_key, item_doc, item = match_docs(index, texts)
             # per doc: the tasks it is contaminated by, in --against order
@@ -186,10 +190,10 @@ def decontam_shard(task: Task, out: Path, report, cfg: DecontamConfig, index: Ev
             if w is not None:
                 w.abort()
         raise
-    counts = {"in": n_in, **({"out": n_out} if writing else {}), "contaminated": n_hit, "chars_in": chars_in, "chars_contaminated": chars_hit, "tasks": by_task, "_items": item_docs, "_ngrams": gram_docs}
+    counts = {"in": n_in, **({"out": n_out} if writing else {}), "contaminated": n_hit, "chars_in": chars_in, "chars_contaminated": chars_hit, "tasks": by_task, "_items": item_docs, "_ngrams": gram_docs, **log.counts()}
     if writing and not flag:
         counts["rejected"] = rejected
-    return {"outputs": outputs, "counts": counts}
+    return {"outputs": outputs, "counts": counts, "errors": log.errors}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,15 +201,12 @@ def decontam_shard(task: Task, out: Path, report, cfg: DecontamConfig, index: Ev
 
 
 def _docs_sources(inputs: list[str], spool: str) -> list[DocsSource]:
-    sources = spool_stdin(spool) if inputs == [STDIO] else resolve_docs_inputs(inputs)
-    for s in sources:
-        try:
-            source_schema(s)
-        except UsageError as e:
-            if "no 'text' column" in str(e):
-                raise UsageError(f"{e}; if this is a task file, give each one with --against (or quote a glob: --against 'dir/*.jsonl')") from e
-            raise
-    return sources
+    try:
+        return docs_sources(inputs, spool)
+    except UsageError as e:
+        if "no 'text' column" in str(e):
+            raise UsageError(f"{e}; if this is a task file, give each one with --against (or quote a glob: --against 'dir/*.jsonl')") from e
+        raise
 
 
 def run_decontam(

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, row_count, source_schema, spool_stdin
+from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, ShardWriter, docs_sources, part_name, read_source, row_count, source_schema
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
@@ -152,7 +152,8 @@ class _Sign:
         hashed = {"exact": [np.zeros(0, np.uint64)], "bands": [np.zeros((0, cfg.bands), np.uint64)], "empty": [np.zeros(0, bool)]}
         # the columns the keys and the survivor rule read, besides id and text
         columns = ["url"] * cfg.url + ["date"] * (cfg.keep == "earliest") + [cfg.keep[4:]] * cfg.keep.startswith("max:")
-        for batch in read_source(source, columns=columns):
+        # the reader's skips here are the filter phase's too (same file, same rules): counted there
+        for batch in read_source(source, columns=columns, skip_empty=True):
             texts = [t or "" for t in batch.column("text").to_pylist()]
             ids += batch.column("id").to_pylist()
             chars += map(len, texts)
@@ -326,7 +327,10 @@ def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
         size, removed_by, survivor_ids = z["size"], z["removed_by"], z["survivor_ids"]
     with np.load(work / "clusters.npz") as z:
         frequent = z["frequent"]
-    schema = source_schema(source)
+    log = ReadLog()  # what the reader leaves out of this file, as the sign phase did
+    schema = source_schema(source, log)
+    if schema is None:  # the file does not open: nothing to write, the damage is counted
+        return {"outputs": [], "counts": {"in": 0, "out": 0, **log.counts()}, "errors": log.errors}
     for name, typ in (("dup_cluster_id", pa.string()), ("dup_cluster_size", pa.int64())):
         if name not in schema.names:
             schema = schema.append(pa.field(name, typ))
@@ -341,7 +345,7 @@ def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
         rej = ShardWriter(out / outputs[1], rej_schema)
     with ShardWriter(out / outputs[0], schema) as w:
         i = 0
-        for batch in read_source(source):
+        for batch in read_source(source, log=log, skip_empty=True):
             kept, dropped = [], []
             for row in batch.to_pylist():
                 text = row.get("text") or ""
@@ -374,7 +378,8 @@ def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
         rej.close()
     return {
         "outputs": outputs,
-        "counts": {"in": n_in, "out": n_out, "removed": removed, "lines": {"removed": lines_removed, "chars": line_chars}},
+        "counts": {"in": n_in, "out": n_out, "removed": removed, "lines": {"removed": lines_removed, "chars": line_chars}, **log.counts()},
+        "errors": log.errors,
     }
 
 
@@ -403,10 +408,13 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
     # one executor scope for all four phases: one Ray connection, and a library caller's
     # --executor reaches the sign and pairs phases too
     with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-dedup-") as tmp:
-        sources = spool_stdin(tmp) if inputs == [STDIO] else resolve_docs_inputs(inputs)
+        sources = docs_sources(inputs, tmp)
         refs = [input_ref(p) for p in inputs]
-        counts = [row_count(s) for s in sources]
-        firsts = [int(x) for x in np.concatenate(([0], np.cumsum(counts)[:-1]))] if counts else []
+        # rows before reading (the sign phase's weights, and disjoint document numbers for its
+        # keys); the rows each file gives once damaged and text-less ones are left out are known
+        # after it, and number the documents from then on
+        estimates = [row_count(s) for s in sources]
+        firsts = _firsts(estimates)
         work = Path(tmp) / "_work" if streaming else Path(out) / "_work"
         if not streaming:
             prepare_out(Path(out), STAGE, run_identity(STAGE, config, refs), opts.overwrite)
@@ -415,10 +423,15 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
         for sub in ("sign", "pairs"):
             (work / sub).mkdir(parents=True, exist_ok=True)
 
-        sign_tasks = [Task(i, f"sign-{i:05d}", {"source": asdict(s), "first": firsts[i]}, weight=counts[i]) for i, s in enumerate(sources)]
-        progress.start(sum(counts), "docs", "dedup: sign")
+        sign_tasks = [Task(i, f"sign-{i:05d}", {"source": asdict(s), "first": firsts[i]}, weight=estimates[i]) for i, s in enumerate(sources)]
+        progress.start(sum(estimates), "docs", "dedup: sign")
         _phase(run_tasks(_Sign(cfg, work), sign_tasks, workers=opts.workers, progress=progress), "sign")
         progress.finish()
+        counts = []
+        for i in range(len(sources)):
+            with np.load(work / "sign" / f"{i:05d}.npz") as z:
+                counts.append(len(z["rank"]))
+        firsts = _firsts(counts)
 
         fams = families(cfg)
         pair_tasks = [
@@ -451,6 +464,11 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
             if not cfg.keep_work:
                 shutil.rmtree(work, ignore_errors=True)
         return manifest
+
+
+def _firsts(counts: list[int]) -> list[int]:
+    """The global number of each file's first document."""
+    return [int(x) for x in np.concatenate(([0], np.cumsum(counts)[:-1]))] if counts else []
 
 
 def _phase(results, name: str) -> None:

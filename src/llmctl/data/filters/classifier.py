@@ -39,7 +39,7 @@ import pyarrow as pa
 from llmctl.artifacts.docs import STDIO, open_docs_inputs
 from llmctl.artifacts.atomic import prepare_new_out, temp_name
 from llmctl.artifacts.lock import output_lock
-from llmctl.artifacts.manifest import Manifest, input_ref, output_entry, write_manifest
+from llmctl.artifacts.manifest import Manifest, error_place, input_ref, output_entry, write_manifest
 from llmctl.data.filters.base import Check, Step
 from llmctl.data.filters.doc import Doc
 from llmctl.hashing import h64
@@ -286,7 +286,9 @@ def read_side(paths: list[str], max_docs: int | None, rng: random.Random, progre
                 if j < max_docs:
                     texts[j] = line
         progress.advance(batch.num_rows)
-    return texts, {"in": seen + empty, "empty": empty, "used": len(texts)}
+    for e in docs.log.errors:
+        progress.log(f"filter train-classifier: skipped damage in {error_place(e)}: {e['error']}")
+    return texts, {"in": seen + empty, "empty": empty, "used": len(texts), "errors": docs.log.errors}
 
 
 def split_holdout(texts: list[str], share: float, rng: random.Random) -> tuple[list[str], list[str]]:
@@ -430,7 +432,8 @@ def _train_classifier(positive: list[str], negative: list[str], out: str, cfg: T
     metrics = holdout_metrics(pos_q, neg_q)
     os.replace(tmp_model, model_file)
 
-    counts = {role: {**s["stats"], "train": len(s["train"]), "holdout": len(s["holdout"])} for role, s in sides.items()}
+    counts = {role: {**s["stats"], "errors": len(s["stats"]["errors"]), "train": len(s["train"]), "holdout": len(s["holdout"])}
+              for role, s in sides.items()}
     counts["holdout"] = metrics
     manifest = Manifest(
         kind="classifier",
@@ -439,6 +442,7 @@ def _train_classifier(positive: list[str], negative: list[str], out: str, cfg: T
         inputs=refs,
         outputs=[output_entry(model_file, None, out_dir)],
         counts=counts,
+        errors=[e for s in sides.values() for e in s["stats"]["errors"]],
         wall_seconds=round(time.perf_counter() - t0, 3),
     )
     write_manifest(out_dir, manifest)
