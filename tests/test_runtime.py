@@ -1,8 +1,10 @@
 """The executor and the sharded-stage driver: determinism, resume, error capture, killed workers."""
 
+import itertools
 import json
 import os
 import signal
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,7 +15,7 @@ from llmctl.artifacts.manifest import read_manifest
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, run_tasks
 from llmctl.runtime.progress import RecordingProgress
-from llmctl.runtime.split import auto_chunk, byte_ranges, select_shard
+from llmctl.runtime.split import MiB, auto_chunk, byte_ranges, select_shard, stream_range_starts
 from llmctl.runtime.options import RunOptions
 from llmctl.runtime.sharded import run_sharded
 
@@ -171,3 +173,32 @@ def test_splitting_and_selection():
     assert select_shard(list(range(7)), 1, 3) == [1, 4]
     with pytest.raises(ValueError):
         select_shard([1], 3, 3)
+
+
+def test_stream_ranges_are_file_ranges_up_to_64_mib_then_grow():
+    starts = list(itertools.islice(stream_range_starts(), 400))
+    for size in (1, 3_300_000, 64 * MiB):  # a stream this long is cut exactly as a file of its size
+        assert [s for s in starts if s < size] == [a for a, _ in byte_ranges(size, auto_chunk(size))]
+    steps = [b - a for a, b in zip(starts, starts[1:])]
+    assert steps[63] == MiB and steps[64] == 2 * MiB and max(steps) == 16 * MiB
+    assert sum(1 for s in starts if s < 1 << 30) < 300  # a 1 GB stream: a few hundred parts
+
+
+def sleepy(task, report):
+    time.sleep(0.02)
+    return {"i": task.index}
+
+
+def test_a_lazy_task_source_is_pulled_only_as_the_pool_has_room():
+    done: list[int] = []
+    ahead: list[int] = []  # tasks handed out and not yet reported, when each next one is pulled
+
+    def source():
+        for i in range(20):
+            ahead.append(i - len(done))
+            yield Task(i, f"t{i}", None)
+
+    res = run_tasks(sleepy, source(), workers=2, max_in_flight=3, on_result=lambda r: done.append(r.index))
+    assert [r.stats["i"] for r in res] == list(range(20)) and done == list(range(20))
+    assert max(ahead) <= 3 + 2  # the bound, plus results that wait for an earlier one to report in order
+    assert [r.index for r in run_tasks(sleepy, iter(tasks(3)), workers=1)] == [0, 1, 2]

@@ -1,0 +1,165 @@
+"""The pipe has ends: a WARC on stdin into crawl-extract, cut as a file of the same bytes is."""
+
+import glob
+import hashlib
+import io
+import itertools
+import zlib
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import CRAWL, DATA, llmctl
+from llmctl.artifacts.manifest import read_manifest
+from llmctl.artifacts.stdin import StdinReader
+from llmctl.config import build_config, preset
+from llmctl.data.extract import STAGE as EXTRACT, ExtractConfig, run_crawl_extract
+from llmctl.data.warc import WarcError, iter_records, iter_window, sniff_head
+from llmctl.data.warcstream import WarcStream
+from llmctl.errors import UsageError
+from llmctl.runtime.options import RunOptions
+from llmctl.runtime.split import byte_ranges
+
+EXAMPLE = CRAWL / "CC-EXAMPLE-00000.warc.gz"
+
+
+def rows(out) -> list[dict]:
+    parts = sorted(glob.glob(str(Path(out) / "part-*.parquet")))
+    return pa.concat_tables([pq.read_table(p) for p in parts]).to_pylist()
+
+
+def without_path(rs: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "warc_path"} for r in rs]
+
+
+def members(data: bytes) -> list[int]:
+    """Offsets of the gzip members of a well-formed multi-member file."""
+    offsets, pos = [], 0
+    while pos < len(data):
+        offsets.append(pos)
+        d = zlib.decompressobj(31)
+        d.decompress(data[pos:])
+        pos = len(data) - len(d.unused_data)
+    return offsets
+
+
+def damaged_example(size: int = 1_150_000, corrupt_at: int = 1_060_000) -> bytes:
+    """About `size` bytes of the example crawl's first file, with a corrupt member after
+    `corrupt_at` and a truncated end."""
+    data = bytearray(EXAMPLE.read_bytes())
+    offs = members(bytes(data))
+    mid = next(o for o in offs if o > corrupt_at)
+    data[mid + 40 : mid + 60] = b"\x00" * 20  # inside the deflate data: the member fails to inflate
+    return bytes(data[: next(o for o in offs if o > size) + 100])  # cut inside a member
+
+
+def summary(items) -> list[tuple]:
+    return [("error", i.offset, i.message) if isinstance(i, WarcError) else ("record", i.offset, i.record.rec_headers.get_header("WARC-Record-ID")) for i in items]
+
+
+def file_cut(path: Path, chunk: int) -> list[list[tuple]]:
+    return [summary(iter_records(str(path), s, e)) for s, e in byte_ranges(path.stat().st_size, chunk)]
+
+
+def stream_cut(data: bytes, chunk: int, tmp) -> tuple[list[list[tuple]], list[int]]:
+    """Records per window of `data` read as a stream, and the bytes read when each window came."""
+    src = StdinReader(io.BytesIO(data))
+    read_at, windows = [], []
+    for t in WarcStream(src, str(tmp), starts=itertools.count(0, chunk)):
+        read_at.append(src.bytes)
+        p = t.payload
+        windows.append(summary(iter_window(p["data"], p["start"], p["fmt"])))
+    return windows, read_at
+
+
+# ---------------------------------------------------------------------------------------------
+# WARC on stdin: cut where a file is cut
+
+
+@pytest.mark.parametrize("name", ["damaged gzip", "plain", "pages-corrupt-middle.warc.gz"])
+def test_stream_windows_hold_the_records_of_the_file_ranges(tmp_path, name):
+    chunk = 64 << 10
+    if name == "damaged gzip":
+        path = tmp_path / "damaged.warc.gz"
+        path.write_bytes(damaged_example())
+    elif name == "plain":  # the example crawl uncompressed, record after record
+        path = tmp_path / "plain.warc"
+        data = EXAMPLE.read_bytes()
+        path.write_bytes(b"".join(zlib.decompressobj(31).decompress(data[a:b]) for a, b in zip(members(data), members(data)[1:] + [len(data)])))
+        chunk = 256 << 10
+    else:
+        path = DATA / "warc-bad" / name
+        if not path.exists():
+            pytest.skip("shared data not available")
+    data = path.read_bytes()
+    windows, read_at = stream_cut(data, chunk, tmp_path)
+    ranges = file_cut(path, chunk)
+    assert windows == ranges  # the same records, and the same damage at the same offsets, per task
+    assert sum(len(w) for w in windows) > 100 and len(windows) > 4
+    if name != "plain":
+        assert any(e[0] == "error" for w in windows for e in w)
+    # one reader, front to back, never far ahead: window k is handed out once its end was found
+    for k, got in enumerate(read_at[:-1]):
+        assert got <= (k + 2) * chunk + (2 << 20)
+
+
+def test_crawl_extract_from_stdin_equals_the_file_with_damage(tmp_path):
+    path = tmp_path / "damaged.warc.gz"
+    path.write_bytes(damaged_example(300_000, 150_000))  # (many windows: the pipeline test, below)
+    cfg = build_config(ExtractConfig, EXTRACT, preset(EXTRACT, None), {})
+    disk = run_crawl_extract([str(path)], str(tmp_path / "disk"), cfg, RunOptions(workers=2))
+    with open(path, "rb") as f:  # and another worker count: the cut depends on the bytes alone
+        stream = run_crawl_extract(["-"], str(tmp_path / "stream"), cfg, RunOptions(workers=1), stdin=f)
+    assert without_path(rows(tmp_path / "stream")) == without_path(rows(tmp_path / "disk"))
+    assert {r["warc_path"] for r in rows(tmp_path / "stream")} == {"-"}
+    assert stream.counts == disk.counts and disk.counts["errors"] == 2
+    assert [(e["offset"], e["error"]) for e in stream.errors] == [(e["offset"], e["error"]) for e in disk.errors]
+    assert {e["file"] for e in stream.errors} == {"-"}
+    assert [o["file"] for o in stream.outputs] == [o["file"] for o in disk.outputs]
+    data = path.read_bytes()
+    assert stream.inputs == [{"path": "-", "kind": "stream", "format": "warc.gz", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}]
+    m = read_manifest(tmp_path / "stream")
+    assert m.inputs == stream.inputs
+
+
+@pytest.mark.parametrize("name", ["example.arc.gz", "bad.arc", "example-trunc.warc", "example-wrong-chunks.warc.gz", "example-bad.warc.gz.bad"])
+def test_every_format_from_stdin_equals_the_file(tmp_path, name):
+    path = DATA / "warc-bad" / name
+    if not path.exists():
+        pytest.skip("shared data not available")
+    disk = run_crawl_extract([str(path)], str(tmp_path / "disk"), ExtractConfig(), RunOptions(workers=1))
+    with open(path, "rb") as f:
+        stream = run_crawl_extract(["-"], str(tmp_path / "stream"), ExtractConfig(), RunOptions(workers=1), stdin=f)
+    got, want = rows(tmp_path / "stream"), rows(tmp_path / "disk")
+    fmt = sniff_head(path.read_bytes()[:4096])
+    if fmt in ("arc", "arc.gz"):  # no record ids in ARC: a row is named by its place, FILE@OFFSET
+        assert [r["id"] for r in want] == [f"{name}@{r['warc_offset']}" for r in want]
+        assert [r["id"] for r in got] == [f"-@{r['warc_offset']}" for r in got]
+        got, want = ([dict(r, id=None) for r in x] for x in (got, want))
+    assert without_path(got) == without_path(want)
+    assert stream.counts == disk.counts
+    assert [(e["offset"], e["error"]) for e in stream.errors] == [(e["offset"], e["error"]) for e in disk.errors]
+    assert stream.inputs[0]["format"] == fmt
+
+
+def test_a_resumed_stream_reuses_its_shards_and_refuses_other_bytes(tmp_path):
+    data = EXAMPLE.read_bytes()
+    small = data[: members(data)[300]]  # ~280 KB of whole members
+    out = str(tmp_path / "out")
+    first = run_crawl_extract(["-"], out, ExtractConfig(), RunOptions(workers=1), stdin=io.BytesIO(small))
+    again = run_crawl_extract(["-"], out, ExtractConfig(), RunOptions(workers=1), stdin=io.BytesIO(small))
+    assert again.counts == first.counts and again.inputs == first.inputs
+    other = data[: members(data)[250]]
+    with pytest.raises(UsageError, match="other input bytes"):
+        run_crawl_extract(["-"], out, ExtractConfig(), RunOptions(workers=1), stdin=io.BytesIO(other))
+
+
+def test_stdin_usage_errors(tmp_path):
+    with pytest.raises(UsageError, match="cannot be combined"):
+        run_crawl_extract(["-", str(EXAMPLE)], str(tmp_path / "a"), ExtractConfig())
+    with pytest.raises(UsageError, match="read by one job"):
+        run_crawl_extract(["-"], str(tmp_path / "b"), ExtractConfig(), RunOptions(num_shards=2), stdin=io.BytesIO(EXAMPLE.read_bytes()[:50_000]))
+    p = llmctl("crawl-extract", "-", str(EXAMPLE), "-o", tmp_path / "t")
+    assert p.returncode == 2 and len(p.stderr.decode().splitlines()) == 1 and "'-' (stdin)" in p.stderr.decode()
