@@ -1,12 +1,18 @@
-"""The pipe has ends: a WARC on stdin into crawl-extract, cut as a file of the same bytes is."""
+"""The pipe has ends: a WARC on stdin into crawl-extract, docs on stdin into tokenize, and a
+whole crawl-extract | filter | dedup | tokenize pipeline equal to the same chain on disk."""
 
 import glob
 import hashlib
 import io
 import itertools
+import os
+import shlex
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -15,7 +21,11 @@ from conftest import CRAWL, DATA, llmctl
 from llmctl.artifacts.manifest import read_manifest
 from llmctl.artifacts.stdin import StdinReader
 from llmctl.config import build_config, preset
+from llmctl.data.dedup.run import DedupConfig, run_dedup
 from llmctl.data.extract import STAGE as EXTRACT, ExtractConfig, run_crawl_extract
+from llmctl.data.filter import FilterConfig, run_filter
+from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
+from llmctl.data.tokenizer import TrainTokenizerConfig
 from llmctl.data.warc import WarcError, iter_records, iter_window, sniff_head
 from llmctl.data.warcstream import WarcStream
 from llmctl.errors import UsageError
@@ -161,5 +171,98 @@ def test_stdin_usage_errors(tmp_path):
         run_crawl_extract(["-", str(EXAMPLE)], str(tmp_path / "a"), ExtractConfig())
     with pytest.raises(UsageError, match="read by one job"):
         run_crawl_extract(["-"], str(tmp_path / "b"), ExtractConfig(), RunOptions(num_shards=2), stdin=io.BytesIO(EXAMPLE.read_bytes()[:50_000]))
-    p = llmctl("crawl-extract", "-", str(EXAMPLE), "-o", tmp_path / "t")
+    p = llmctl("tokenize", "-", str(tmp_path), "-o", tmp_path / "t", "-t", "x")
     assert p.returncode == 2 and len(p.stderr.decode().splitlines()) == 1 and "'-' (stdin)" in p.stderr.decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole pipe
+
+
+def tokens_of(out: Path) -> tuple[bytes, list[int]]:
+    """All token bytes of an artifact and its document starts, as one sequence (the shards are
+    cut per input part, which a stream does not carry)."""
+    blob, starts, base = b"", [], 0
+    dtype = np.dtype(read_manifest(out).config["dtype"])
+    for b in sorted(out.glob("tokens-*.bin")):
+        data = b.read_bytes()
+        starts += [base + int(s) for s in np.fromfile(b.with_suffix(".idx"), dtype=np.int64)]
+        blob += data
+        base += len(data) // dtype.itemsize
+    return blob, starts
+
+
+def test_pipeline_through_stdin_equals_the_chain_on_disk(tmp_path):
+    warcs = sorted(CRAWL.glob("*.warc.gz"))
+    crawl = tmp_path / "crawl.warc.gz"  # what `cat` sends: the files back to back, valid multi-member gzip
+    crawl.write_bytes(b"".join(p.read_bytes() for p in warcs))
+    assert members(crawl.read_bytes())[0] == 0 and sniff_head(crawl.read_bytes()[:4096]) == "warc.gz"
+
+    # two of FineWeb's filter steps: the full chain would double this test's time for no more insight
+    steps = tmp_path / "filter.toml"
+    steps.write_text('[[steps]]\nname = "language"\nlanguages = ["en"]\n\n[[steps]]\nname = "gopher_quality"\n')
+
+    # on disk, in process (the library calls the CLI makes)
+    ex = build_config(ExtractConfig, EXTRACT, preset(EXTRACT, None), {})
+    run_crawl_extract([str(crawl)], str(tmp_path / "docs"), ex, RunOptions(workers=2))
+    run_filter([str(tmp_path / "docs")], str(tmp_path / "filtered"), build_config(FilterConfig, "filter", str(steps), {}), RunOptions(workers=2))
+    run_dedup([str(tmp_path / "filtered")], str(tmp_path / "dedup"), build_config(DedupConfig, "dedup", None, {"url": True, "exact": True, "minhash": True}), RunOptions(workers=2))
+    train_tokenizer([str(tmp_path / "dedup")], str(tmp_path / "tok"), TrainTokenizerConfig(vocab_size=512))
+    tok_cfg = {"tokenizer": str(tmp_path / "tok"), "split": "train", "val_fraction": 0.1}
+    run_tokenize([str(tmp_path / "dedup")], str(tmp_path / "tokens"), TokenizeConfig(**tok_cfg), RunOptions(workers=2))
+
+    # the same through pipes, `-` at every joint; tee keeps two of the streams for the checks below
+    py = shlex.quote(sys.executable)
+    L = f"{py} -m llmctl"
+    t = lambda name: shlex.quote(str(tmp_path / name))  # noqa: E731
+    cmd = (
+        f"set -o pipefail; cat {' '.join(shlex.quote(str(p)) for p in warcs)}"
+        f" | {L} crawl-extract - -o - -q --workers 2 | tee {t('extract.arrow')}"
+        f" | {L} filter - -o - -q --workers 2 --config {t('filter.toml')}"
+        f" | {L} dedup - -o - -q --url --exact --minhash --workers 2 | tee {t('dedup.arrow')}"
+        f" | {L} tokenize - -o {t('piped')} -q -t {t('tok')} --split train --val-fraction 0.1 --workers 2"
+        f" && {L} tokenize train - -o {t('tok-piped')} -v 512 -q < {t('dedup.arrow')}"
+    )
+    p = subprocess.run(["bash", "-c", cmd], capture_output=True, env={**os.environ, "COLUMNS": "200"})
+    assert p.returncode == 0, p.stderr.decode()
+
+    # crawl-extract from stdin = crawl-extract of the file holding the same bytes
+    extracted = pa.ipc.open_stream((tmp_path / "extract.arrow").read_bytes()).read_all().to_pylist()
+    assert without_path(extracted) == without_path(rows(tmp_path / "docs"))
+    assert {r["warc_path"] for r in extracted} == {"-"} and len(extracted) > 1000
+    # the tokens, document by document and byte for byte, and the counts
+    assert tokens_of(tmp_path / "piped") == tokens_of(tmp_path / "tokens")
+    piped, disk = read_manifest(tmp_path / "piped"), read_manifest(tmp_path / "tokens")
+    for k in ("docs", "tokens", "bytes", "other_split", "tokens_per_byte"):
+        assert piped.counts[k] == disk.counts[k], k
+    assert piped.config == disk.config
+    dedup = (tmp_path / "dedup.arrow").read_bytes()
+    stdin_ref = {"path": "-", "kind": "stream", "format": "arrow", "bytes": len(dedup), "sha256": hashlib.sha256(dedup).hexdigest()}
+    assert piped.inputs[0] == stdin_ref
+    # tokenize train from stdin trains the same tokenizer
+    assert (tmp_path / "tok-piped" / "tokenizer.json").read_bytes() == (tmp_path / "tok" / "tokenizer.json").read_bytes()
+    assert read_manifest(tmp_path / "tok-piped").inputs == [stdin_ref]
+    tree = llmctl("lineage", tmp_path / "piped", check=True).stdout.decode()
+    assert f"stdin (arrow, {len(dedup):,} bytes) sha256:{stdin_ref['sha256'][:12]}" in tree
+
+
+def test_tokenize_from_stdin_resumes_only_the_same_stream(tmp_path, monkeypatch):
+    def stream(texts):
+        t = pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts})
+        buf = io.BytesIO()
+        with pa.ipc.new_stream(buf, t.schema) as w:
+            w.write_table(t)
+        return buf.getvalue()
+
+    def tokenize(data):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+        return run_tokenize(["-"], str(tmp_path / "tokens"), TokenizeConfig(tokenizer=str(tmp_path / "tok")), RunOptions(workers=1))
+
+    texts = [f"document number {i} says hello {i * 7}" for i in range(50)]
+    (tmp_path / "docs.jsonl").write_text("".join(f'{{"text": "{t}"}}\n' for t in texts))
+    train_tokenizer([str(tmp_path / "docs.jsonl")], str(tmp_path / "tok"), TrainTokenizerConfig(vocab_size=300))
+    first = tokenize(stream(texts))
+    assert first.counts["docs"] == 50 and first.inputs[0]["sha256"] == hashlib.sha256(stream(texts)).hexdigest()
+    assert tokenize(stream(texts)).counts == first.counts  # resumed: the same stream, its shard reused
+    with pytest.raises(UsageError, match="other input bytes"):
+        tokenize(stream(texts[:40]))

@@ -26,12 +26,14 @@ import pyarrow.parquet as pq
 
 from llmctl.artifacts.atomic import STDIO, temp_name
 from llmctl.artifacts.hf_saved import METADATA_FILES, saved_dataset_files
-from llmctl.artifacts.manifest import MANIFEST, output_entry, read_manifest
+from llmctl.artifacts.manifest import MANIFEST, input_ref, output_entry, read_manifest
+from llmctl.artifacts.stdin import StdinReader
 from llmctl.errors import UsageError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 ARROW_SUFFIXES = (".arrow",)  # Arrow IPC, stream or file format: what datasets' save_to_disk writes
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
+STREAM_FORMAT = "arrow"  # what a docs stream on stdin is: Arrow IPC, as `-o -` writes it
 COMPRESSION = "zstd"
 BATCH_ROWS = 8192
 
@@ -247,6 +249,14 @@ class DocsInput:
     schema: pa.Schema
     batches: Iterator[pa.RecordBatch]
     sources: list[DocsSource]
+    stdin: StdinReader | None = None  # for `-`: what was read, for the manifest (`stdin.ref`)
+
+    def refs(self, args: list[str]) -> list[dict]:
+        """The manifest's entries for these inputs; a stream's once it has been read to the end."""
+        if self.stdin is not None:
+            self.stdin.drain()
+            return [self.stdin.ref(STREAM_FORMAT)]
+        return [input_ref(p) for p in args]
 
 
 def open_docs_inputs(args: list[str], stdin=None) -> DocsInput:
@@ -254,7 +264,8 @@ def open_docs_inputs(args: list[str], stdin=None) -> DocsInput:
     if not args:
         raise UsageError("no inputs given")
     if args == [STDIO]:
-        reader = _open_stdin_stream(stdin)
+        raw = StdinReader(stdin)
+        reader = _open_stdin_stream(raw)
         label = DocsSource(STDIO, "stream", "stdin")
         first = reader.schema
         norm = _normalize(pa.RecordBatch.from_pylist([], schema=first), label, 0).schema
@@ -265,7 +276,7 @@ def open_docs_inputs(args: list[str], stdin=None) -> DocsInput:
                 yield _normalize(b, label, row)
                 row += b.num_rows
 
-        return DocsInput(norm, gen(), [])
+        return DocsInput(norm, gen(), [], raw)
     sources = resolve_docs_inputs(args)
     schema = unify_schemas([source_schema(s) for s in sources])
 
@@ -277,25 +288,34 @@ def open_docs_inputs(args: list[str], stdin=None) -> DocsInput:
     return DocsInput(schema, gen(), sources)
 
 
-def _open_stdin_stream(stdin=None) -> pa.RecordBatchStreamReader:
-    stream = stdin if stdin is not None else sys.stdin.buffer
-    if hasattr(stream, "isatty") and stream.isatty():
-        raise UsageError("input is '-' but stdin is a terminal; pipe an llmctl stream into it")
+def _open_stdin_stream(stream: StdinReader) -> pa.RecordBatchStreamReader:
     try:
         return pa.ipc.open_stream(stream)
     except (pa.ArrowInvalid, OSError) as e:
         raise UsageError(f"stdin is not an Arrow IPC stream of docs ({str(e).splitlines()[0]})") from e
 
 
-def spool_stdin(tmpdir: str | os.PathLike, rows_per_part: int = 100_000) -> list[DocsSource]:
+def spool_stdin(tmpdir: str | os.PathLike, rows_per_part: int = 100_000, stdin=None) -> tuple[list[DocsSource], dict]:
     """A stream on stdin becomes Parquet parts in `tmpdir`, so a multi-process stage can shard
-    it like files (a pipe can only be read once, by one process)."""
-    inp = open_docs_inputs([STDIO])
+    it like files (a pipe can only be read once, by one process). Returns the parts and the
+    stream's manifest entry. Rows keep the ids they were read with (`stdin/ROW` when the stream
+    has none), not ids of the parts."""
+    inp = open_docs_inputs([STDIO], stdin=stdin)
     sink = DocsSink(Path(tmpdir), inp.schema, rows_per_part=rows_per_part)
     for b in inp.batches:
         sink.write(b)
     sink.close()
-    return [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
+    sources = [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
+    return sources, inp.refs([STDIO])[0]
+
+
+def sharded_inputs(args: list[str], spool_dir: str | os.PathLike, stdin=None) -> tuple[list[DocsSource], list[dict]]:
+    """What a multi-process docs stage shards over, and its manifest's entries for them: files
+    as they are; `-` (alone) spooled into `spool_dir`, which must outlive the stage's tasks."""
+    if args == [STDIO]:
+        sources, ref = spool_stdin(spool_dir, stdin=stdin)
+        return sources, [ref]
+    return resolve_docs_inputs(args), [input_ref(p) for p in args]
 
 
 # ---------------------------------------------------------------------------------------------

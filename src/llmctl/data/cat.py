@@ -31,7 +31,6 @@ def run_cat(inputs: list[str], out: str, cfg: CatConfig, progress: Progress | No
     t0 = time.perf_counter()
     stage = "head" if cfg.limit is not None else "cat"
     prepare_new_out(out, cfg.overwrite)
-    refs = [input_ref(p) for p in inputs] if inputs != [STDIO] else [input_ref(STDIO)]
     docs = open_docs_inputs(inputs, stdin=stdin)
     sink = DocsSink(out, docs.schema, rows_per_part=cfg.rows_per_part, stdout=stdout)
     progress.start(cfg.limit, "docs", stage)
@@ -50,6 +49,8 @@ def run_cat(inputs: list[str], out: str, cfg: CatConfig, progress: Progress | No
         sink.abort()
         raise
     progress.finish()
+    # head stops reading early by design: its stream is named without the hash of a part of it
+    refs = [input_ref(STDIO)] if stage == "head" and inputs == [STDIO] else docs.refs(inputs)
     manifest = Manifest(
         kind="docs",
         stage=stage,

@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, resolve_docs_inputs, row_count, source_schema, spool_stdin
+from llmctl.artifacts.docs import DocsSource, STDIO, ShardWriter, part_name, read_source, row_count, sharded_inputs, source_schema
 from llmctl.artifacts.atomic import atomic_path
-from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
+from llmctl.artifacts.manifest import Manifest, read_manifest, write_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
 from llmctl.data.dedup.normalize import normalize_url, normalized_codes
@@ -396,7 +396,7 @@ def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | 
     # one executor scope for all four phases: one Ray connection, and a library caller's
     # --executor reaches the sign and pairs phases too
     with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-dedup-") as tmp:
-        sources = spool_stdin(tmp) if inputs == [STDIO] else resolve_docs_inputs(inputs)
+        sources, refs = sharded_inputs(inputs, tmp)
         counts = [row_count(s) for s in sources]
         firsts = [int(x) for x in np.concatenate(([0], np.cumsum(counts)[:-1]))] if counts else []
         work = Path(tmp) / "_work" if streaming else Path(out) / "_work"
@@ -431,7 +431,7 @@ def run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions | 
             tasks=filter_tasks,
             fn=_Filter(cfg),
             config=config,
-            inputs=[input_ref(p) for p in inputs],
+            inputs=refs,
             opts=dataclasses.replace(opts, overwrite=False, shard_index=0, num_shards=1),  # OUT was prepared above
             progress=progress,
             unit="docs",
