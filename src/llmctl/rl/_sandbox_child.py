@@ -1,7 +1,9 @@
 """Child side of llmctl.rl.sandbox: the harness that runs untrusted code against test cases.
 
-It runs as ``python -I -S -c <this file's source> FD`` in a fresh temp dir, so it may import the
-standard library only. Steps: read and delete ``.payload.json``; compile the tests (a test that
+It runs as ``python -I -S -c <this file's source> FD PARENT_PID`` in a fresh temp dir, so it may
+import the standard library only. Steps: die with the parent (a ``kill -9`` of llmctl must not
+leave untrusted code running; see llmctl/runtime/lifeline.py, which this cannot import); read and
+delete ``.payload.json``; compile the tests (a test that
 does not compile is the dataset's fault: ``badtest``); set the resource limits; install the
 seccomp filter; report ``ready``; exec the code; exec each test in the code's namespace; report
 ``done``. Reports go to the inherited pipe FD as lines ``NONCE EVENT [DETAIL]`` — not to stdout,
@@ -105,6 +107,19 @@ def _install_seccomp():
     return None
 
 
+def _die_with_parent(parent_pid):
+    """PR_SET_PDEATHSIG(SIGKILL), then exit if the parent is already gone (it died before the call)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None).prctl(1, ctypes.c_ulong(9), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
 def _set_limits(limits):
     import resource
 
@@ -129,6 +144,7 @@ def _describe(exc):
 
 
 def _main():
+    _die_with_parent(int(sys.argv[2]))
     write, fd, exit_now = os.write, int(sys.argv[1]), os._exit
     nonce = "?"
 

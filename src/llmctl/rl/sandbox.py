@@ -150,7 +150,7 @@ def run_python(code: str, tests: Sequence[str], limits: Limits = Limits(), pytho
                "HOME": workdir, "TMPDIR": workdir}
         extra = {"user": user, "group": pw.pw_gid, "extra_groups": []} if user is not None else {}
         proc = subprocess.Popen(
-            [python or sys.executable, "-I", "-S", "-c", _CHILD_SOURCE, str(write_fd)],
+            [python or sys.executable, "-I", "-S", "-c", _CHILD_SOURCE, str(write_fd), str(os.getpid())],
             cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             pass_fds=(write_fd,), start_new_session=True, **extra,
         )

@@ -10,6 +10,8 @@
 - `tasks` may be a lazy iterator (a stream cut into batches as it is read): it is pulled in this
   process only while fewer than `max_in_flight` tasks are queued or running, so a producer that
   reads stdin never holds more than that many batches in memory.
+- Workers die with this process (runtime/lifeline.py): a `kill -9` of the parent leaves no
+  orphans computing shards nobody will collect.
 - Inside `use_backend(b)` (runtime/ray_executor.py installs one for `--executor ray`), the same
   call hands the tasks to that backend instead; results, order and errors keep these semantics.
 """
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llmctl.errors import StageFailed
+from llmctl.runtime.lifeline import die_with_parent
 from llmctl.runtime.progress import Progress
 
 
@@ -69,7 +72,8 @@ def default_workers() -> int:
 _worker_queue = None
 
 
-def _init_worker(q) -> None:
+def _init_worker(q, parent_pid: int) -> None:
+    die_with_parent(parent_pid)
     global _worker_queue
     _worker_queue = q
 
@@ -184,7 +188,7 @@ def run_tasks(
             except queue_mod.Empty:
                 return
 
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(q,)) as pool:
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(q, os.getpid())) as pool:
         futures: dict = {}  # future -> (index, name); not the task, whose payload may be a large batch
         pending: set = set()
         more = True
