@@ -1,8 +1,12 @@
 """The executor and the sharded-stage driver: determinism, resume, error capture, killed workers."""
 
+import itertools
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -11,9 +15,11 @@ import pytest
 from llmctl.artifacts.docs import ShardWriter, part_name
 from llmctl.artifacts.manifest import read_manifest
 from llmctl.errors import StageFailed, UsageError
+from conftest import CRAWL
 from llmctl.runtime.executor import Task, run_tasks
+from llmctl.runtime.lifeline import die_with_parent
 from llmctl.runtime.progress import RecordingProgress
-from llmctl.runtime.split import auto_chunk, byte_ranges, select_shard
+from llmctl.runtime.split import MiB, auto_chunk, byte_ranges, select_shard, stream_range_starts
 from llmctl.runtime.options import RunOptions
 from llmctl.runtime.sharded import run_sharded
 
@@ -171,3 +177,90 @@ def test_splitting_and_selection():
     assert select_shard(list(range(7)), 1, 3) == [1, 4]
     with pytest.raises(ValueError):
         select_shard([1], 3, 3)
+
+
+def test_stream_ranges_are_file_ranges_up_to_64_mib_then_grow():
+    starts = list(itertools.islice(stream_range_starts(), 400))
+    for size in (1, 3_300_000, 64 * MiB):  # a stream this long is cut exactly as a file of its size
+        assert [s for s in starts if s < size] == [a for a, _ in byte_ranges(size, auto_chunk(size))]
+    steps = [b - a for a, b in zip(starts, starts[1:])]
+    assert steps[63] == MiB and steps[64] == 2 * MiB and max(steps) == 16 * MiB
+    assert sum(1 for s in starts if s < 1 << 30) < 300  # a 1 GB stream: a few hundred parts
+
+
+def sleepy(task, report):
+    time.sleep(0.02)
+    return {"i": task.index}
+
+
+def test_a_lazy_task_source_is_pulled_only_as_the_pool_has_room():
+    done: list[int] = []
+    ahead: list[int] = []  # tasks handed out and not yet reported, when each next one is pulled
+
+    def source():
+        for i in range(20):
+            ahead.append(i - len(done))
+            yield Task(i, f"t{i}", None)
+
+    res = run_tasks(sleepy, source(), workers=2, max_in_flight=3, on_result=lambda r: done.append(r.index))
+    assert [r.stats["i"] for r in res] == list(range(20)) and done == list(range(20))
+    assert max(ahead) <= 3 + 2  # the bound, plus results that wait for an earlier one to report in order
+    assert [r.index for r in run_tasks(sleepy, iter(tasks(3)), workers=1)] == [0, 1, 2]
+
+
+def test_die_with_parent_exits_when_the_parent_is_already_gone():
+    pid = os.fork()
+    if pid == 0:  # the child, as if its parent had died before it asked to die with it
+        die_with_parent(os.getppid() + 1_000_000)
+        os._exit(7)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 1
+
+
+def children(pid: int) -> set[int]:
+    kids: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                kids |= {int(k) for k in f.read().split()}
+        except FileNotFoundError:
+            pass
+    return kids
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_pool_workers_die_with_a_killed_parent(tmp_path):
+    # crawl-extract of a WARC on stdin that never ends: the pool has started on the first window
+    # and the parent waits for more input, so the workers outlive nothing but their parent
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmctl", "crawl-extract", "-", "-o", str(tmp_path / "out"), "--workers", "2", "-q"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    kids: set[int] = set()
+    try:
+        proc.stdin.write((CRAWL / "CC-EXAMPLE-00000.warc.gz").read_bytes())
+        proc.stdin.flush()
+        deadline = time.monotonic() + 60
+        while len(kids := children(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(kids) >= 2, "the pool did not start"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 2
+        while any(alive(k) for k in kids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not [k for k in kids if alive(k)]
+    finally:
+        proc.kill()
+        proc.stdin.close()
+        for k in kids:
+            if alive(k):
+                os.kill(k, signal.SIGKILL)

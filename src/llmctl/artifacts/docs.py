@@ -33,12 +33,14 @@ import pyarrow.parquet as pq
 
 from llmctl.artifacts.atomic import STDIO, sync_dir, sync_file, temp_name
 from llmctl.artifacts.hf_saved import METADATA_FILES, saved_dataset_files
-from llmctl.artifacts.manifest import MANIFEST, output_entry, read_manifest
+from llmctl.artifacts.manifest import MANIFEST, input_ref, output_entry, read_manifest
+from llmctl.artifacts.stdin import StdinReader
 from llmctl.errors import UsageError
 
 PARQUET_SUFFIXES = (".parquet", ".pq")
 ARROW_SUFFIXES = (".arrow",)  # Arrow IPC, stream or file format: what datasets' save_to_disk writes
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
+STREAM_FORMAT = "arrow"  # what a docs stream on stdin is: Arrow IPC, as `-o -` writes it
 COMPRESSION = "zstd"
 BATCH_ROWS = 8192
 
@@ -533,6 +535,14 @@ class DocsInput:
     batches: Iterator[pa.RecordBatch]
     sources: list[DocsSource]
     log: ReadLog = field(default_factory=ReadLog)
+    stdin: StdinReader | None = None  # for `-`: what was read, for the manifest (`stdin.ref`)
+
+    def refs(self, args: list[str]) -> list[dict]:
+        """The manifest's entries for these inputs; a stream's once it has been read to the end."""
+        if self.stdin is not None:
+            self.stdin.drain()
+            return [self.stdin.ref(STREAM_FORMAT)]
+        return [input_ref(p) for p in args]
 
 
 def open_docs_inputs(args: list[str], stdin=None, skip_empty: bool = False) -> DocsInput:
@@ -542,7 +552,8 @@ def open_docs_inputs(args: list[str], stdin=None, skip_empty: bool = False) -> D
         raise UsageError("no inputs given")
     log = ReadLog()
     if args == [STDIO]:
-        reader = _open_stdin_stream(stdin)
+        raw = StdinReader(stdin)
+        reader = _open_stdin_stream(raw)
         label = DocsSource(STDIO, "stream", "stdin")
         first = reader.schema
         norm = _normalize(pa.RecordBatch.from_pylist([], schema=first), label, 0).schema
@@ -556,7 +567,7 @@ def open_docs_inputs(args: list[str], stdin=None, skip_empty: bool = False) -> D
             except DAMAGE as e:
                 log.damage(label, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}; the rest of the stream was not read", row=row)
 
-        return DocsInput(norm, gen(), [], log)
+        return DocsInput(norm, gen(), [], log, raw)
     sources = resolve_docs_inputs(args)
     schema = unify_schemas([s for s in source_schemas(sources) if s is not None])
 
@@ -568,37 +579,41 @@ def open_docs_inputs(args: list[str], stdin=None, skip_empty: bool = False) -> D
     return DocsInput(schema, gen(), sources, log)
 
 
-def docs_sources(inputs: list[str], spool: str | os.PathLike) -> list[DocsSource]:
-    """The sources a sharded docs stage runs over (stdin spooled to Parquet parts in `spool`, or
-    the expanded paths), their columns checked by `source_schemas` in the driver."""
-    sources = spool_stdin(spool) if inputs == [STDIO] else resolve_docs_inputs(inputs)
-    source_schemas(sources)
-    return sources
-
-
-def _open_stdin_stream(stdin=None) -> pa.RecordBatchStreamReader:
-    stream = stdin if stdin is not None else sys.stdin.buffer
-    if hasattr(stream, "isatty") and stream.isatty():
-        raise UsageError("input is '-' but stdin is a terminal; pipe an llmctl stream into it")
+def _open_stdin_stream(stream: StdinReader) -> pa.RecordBatchStreamReader:
     try:
         return pa.ipc.open_stream(stream)
     except (pa.ArrowInvalid, OSError) as e:
         raise UsageError(f"stdin is not an Arrow IPC stream of docs ({str(e).splitlines()[0]})") from e
 
 
-def spool_stdin(tmpdir: str | os.PathLike, rows_per_part: int = 100_000) -> list[DocsSource]:
+def spool_stdin(tmpdir: str | os.PathLike, rows_per_part: int = 100_000, stdin=None) -> tuple[list[DocsSource], dict]:
     """A stream on stdin becomes Parquet parts in `tmpdir`, so a multi-process stage can shard
-    it like files (a pipe can only be read once, by one process). Rows without text are kept
-    (the stage's shards skip and count them); a stream that breaks off is a usage error, since
-    the parts have no manifest to count it in."""
-    inp = open_docs_inputs([STDIO])
+    it like files (a pipe can only be read once, by one process). Returns the parts and the
+    stream's manifest entry. Rows keep the ids they were read with (`stdin/ROW` when the stream
+    has none), not ids of the parts. Rows without text are kept (the stage's shards skip and count
+    them); a stream that breaks off is a usage error, since the parts have no manifest to count it in."""
+    inp = open_docs_inputs([STDIO], stdin=stdin)
     sink = DocsSink(Path(tmpdir), inp.schema, rows_per_part=rows_per_part)
     for b in inp.batches:
         sink.write(b)
     sink.close()
     if inp.log.errors:
         raise UsageError(f"stdin: {inp.log.errors[0]['error']}")
-    return [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
+    sources = [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
+    return sources, inp.refs([STDIO])[0]
+
+
+def sharded_inputs(args: list[str], spool_dir: str | os.PathLike, stdin=None) -> tuple[list[DocsSource], list[dict]]:
+    """What a multi-process docs stage shards over, and its manifest's entries for them: files
+    as they are; `-` (alone) spooled into `spool_dir`, which must outlive the stage's tasks. Their
+    columns are checked here, in the driver (`source_schemas`), before any work."""
+    if args == [STDIO]:
+        sources, ref = spool_stdin(spool_dir, stdin=stdin)
+        refs = [ref]
+    else:
+        sources, refs = resolve_docs_inputs(args), [input_ref(p) for p in args]
+    source_schemas(sources)
+    return sources, refs
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def head(
 @app.command("crawl-extract")
 @run_control()
 def crawl_extract(
-    inputs: Annotated[list[str], typer.Argument(help="WARC/ARC files (.warc, .warc.gz), globs, directories, or @paths.txt (one path a line, like warc.paths).")],
+    inputs: Annotated[list[str], typer.Argument(help="WARC/ARC files (.warc, .warc.gz), globs, directories, @paths.txt (one path a line, like warc.paths), or '-' for a WARC on stdin.")],
     output: Out = ...,
     config: Config = None,
     fast: Annotated[Optional[bool], typer.Option("--fast/--precise", help="trafilatura fast mode instead of the FineWeb settings (favour precision).")] = None,

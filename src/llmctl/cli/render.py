@@ -120,6 +120,9 @@ def lineage_tree(node: dict) -> None:
         else:
             flag = " [red]changed[/red]" if n.get("changed") else " [red]missing[/red]" if n.get("missing") else ""
             sha = f" sha256:{n['sha256'][:12]}" if n.get("sha256") else ""
+            if n.get("path") == "-":  # a stream read on stdin: no path to follow, what was read instead
+                what = ", ".join(x for x in (n.get("format"), f"{n['bytes']:,} bytes" if n.get("bytes") is not None else None) if x)
+                path = f"stdin ({what})" if what else "stdin"
             tree.add(label(escape(n.get("kind", "file")), path, f"{sha}{flag}", depth))
 
     root = Tree("lineage")

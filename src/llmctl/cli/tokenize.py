@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from llmctl.cli import render
-from llmctl.cli.options import DefaultCommandGroup, Json, Out, Overwrite, Quiet, RunFlags, flags, run_control
+from llmctl.cli.options import DefaultCommandGroup, DocsIn, Json, Out, Overwrite, Quiet, RunFlags, flags, run_control
 from llmctl.console import ConsoleProgress, print_json
 
 tokenize_app = typer.Typer(
@@ -22,7 +22,7 @@ tokenize_app = typer.Typer(
 @tokenize_app.command("run")
 @run_control()
 def tokenize_run(
-    inputs: Annotated[list[str], typer.Argument(help="Docs inputs: artifacts, Parquet/JSONL files or dirs, globs.")],
+    inputs: DocsIn,
     output: Out = ...,
     tokenizer: Annotated[str, typer.Option("--tokenizer", "-t", help="tokenizer.json (ours or any Hugging Face one), or a `tokenize train` output dir.")] = "",
     split: Annotated[Optional[str], typer.Option("--split", help="Keep only the train or val side of a seeded by-document split.")] = None,
@@ -45,7 +45,7 @@ def tokenize_run(
 
 @tokenize_app.command("train")
 def tokenize_train(
-    inputs: Annotated[list[str], typer.Argument(help="Docs to train on.")],
+    inputs: Annotated[list[str], typer.Argument(help="Docs to train on: artifacts, Parquet/JSONL files or dirs, globs, or '-'.")],
     output: Annotated[str, typer.Option("--output", "-o", help="Output directory (tokenizer.json + manifest.json).")],
     vocab_size: Annotated[int, typer.Option("--vocab-size", "-v", help="Vocabulary size, special tokens included.")] = 8192,
     pattern: Annotated[str, typer.Option(help="Pre-tokenizer regex: cl100k (digit runs of 1-3) or gpt2.")] = "cl100k",

@@ -43,7 +43,6 @@ def _run_cat(inputs: list[str], out: str, cfg: CatConfig, progress: Progress | N
     t0 = time.perf_counter()
     stage = "head" if cfg.limit is not None else "cat"
     prepare_new_out(out, cfg.overwrite)
-    refs = [input_ref(p) for p in inputs] if inputs != [STDIO] else [input_ref(STDIO)]
     docs = open_docs_inputs(inputs, stdin=stdin)
     sink = DocsSink(out, docs.schema, rows_per_part=cfg.rows_per_part, stdout=stdout)
     progress.start(cfg.limit, "docs", stage)
@@ -62,6 +61,8 @@ def _run_cat(inputs: list[str], out: str, cfg: CatConfig, progress: Progress | N
         sink.abort()
         raise
     progress.finish()
+    # head stops reading early by design: its stream is named without the hash of a part of it
+    refs = [input_ref(STDIO)] if stage == "head" and inputs == [STDIO] else docs.refs(inputs)
     for e in docs.log.errors:
         progress.log(f"{stage}: skipped damage in {error_place(e)}: {e['error']}")
     manifest = Manifest(

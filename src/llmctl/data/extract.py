@@ -12,7 +12,9 @@ trafilatura's fast mode. Language ID is fastText lid.176 with the keep rule of s
 
 Work is split into byte ranges of the input files (runtime/split.py), so one 1 GB WARC keeps
 every core busy; the ranges depend only on the inputs, so the output is the same whatever
-`--workers`. trafilatura's dedup cache is made fresh for each range for the same reason.
+`--workers`. trafilatura's dedup cache is made fresh for each range for the same reason. A WARC
+on stdin (`-`) is read by this process and cut into windows where a file's ranges would be cut
+(data/warcstream.py); its rows' `warc_path` is `-`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import glob
 import re
 import signal
+import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -31,10 +34,12 @@ from warcio.statusandheaders import StatusAndHeadersParser, StatusAndHeadersPars
 
 from llmctl.artifacts.docs import STDIO, ShardWriter, part_name
 from llmctl.artifacts.manifest import Manifest, input_ref
+from llmctl.artifacts.stdin import StdinReader
 from llmctl.data import langid
 from llmctl.data.decode import UndecodableError, decode_html
 from llmctl.data.urlfilter import UrlFilter
-from llmctl.data.warc import WarcError, file_size, iter_records, sniff, splittable
+from llmctl.data.warc import WarcError, file_size, iter_records, iter_window, sniff, splittable
+from llmctl.data.warcstream import WarcStream
 from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
@@ -90,7 +95,7 @@ def expand_inputs(args: list[str]) -> list[str]:
     out: list[str] = []
     for a in args:
         if a == STDIO:
-            raise UsageError("crawl-extract reads WARC files, not a stream: give paths")
+            raise UsageError("'-' (stdin) cannot be combined with other inputs")
         if a.startswith("@"):
             listing = Path(a[1:])
             if not listing.is_file():
@@ -205,7 +210,9 @@ class Extractor:
         # a fresh dedup cache per task keeps output independent of which worker ran what
         self.dedup = LRUCache(maxsize=LRU_SIZE) if cfg.deduplicate else False
 
-    def record(self, rec, path: str, offset: int) -> tuple[dict | None, str | None]:
+    def record(self, rec, path: str, offset: int, has_ids: bool = True) -> tuple[dict | None, str | None]:
+        """`has_ids` False for legacy ARC, which has no record ids: warcio's conversion makes up a
+        random one, and an id must be stable, so the row is named by its place (FILE@OFFSET)."""
         cfg = self.cfg
         if rec.rec_type != "response":
             return None, "not_response"
@@ -252,7 +259,7 @@ class Extractor:
         if not text or not text.strip():
             return None, "empty"
         row = {
-            "id": rec.rec_headers.get_header("WARC-Record-ID") or f"{Path(path).name}@{offset}",
+            "id": (has_ids and rec.rec_headers.get_header("WARC-Record-ID")) or f"{Path(path).name}@{offset}",
             "text": text,
             "url": url,
             "date": rec.rec_headers.get_header("WARC-Date"),
@@ -264,11 +271,14 @@ class Extractor:
 
 
 # ---------------------------------------------------------------------------------------------
-# One shard (a byte range of one file)
+# One shard (a byte range of one file, or a window of a stream)
 
 
 def extract_shard(task: Task, out: Path, report, cfg: ExtractConfig) -> dict:
-    path, start, end = task.payload["path"], task.payload["start"], task.payload["end"]
+    p = task.payload
+    path, start, end = p.get("label", p["path"]), p["start"], p["end"]  # path: what rows and errors name
+    items = iter_window(p["data"], start, p["fmt"]) if "data" in p else iter_records(p["path"], start, end)
+    has_ids = (p["fmt"] if "data" in p else sniff(p["path"])) not in ("arc", "arc.gz")
     ex = Extractor(cfg)
     model = langid.load(langid.find_model(cfg.langid_model))
     rows: list[dict] = []
@@ -276,13 +286,13 @@ def extract_shard(task: Task, out: Path, report, cfg: ExtractConfig) -> dict:
     errors: list[dict] = []
     records = 0
     reported = start
-    for item in iter_records(path, start, end):
+    for item in items:
         if isinstance(item, WarcError):
             errors.append({"file": path, "offset": item.offset, "error": item.message})
             continue
         records += 1
         try:
-            row, reason = ex.record(item.record, path, item.offset)
+            row, reason = ex.record(item.record, path, item.offset, has_ids)
         except Exception as e:  # a record that breaks a library must not take the shard with it
             errors.append({"file": path, "offset": item.offset, "error": f"{type(e).__name__}: {e}"})
             row, reason = None, None
@@ -342,21 +352,37 @@ class _ShardFn:
         return extract_shard(task, out, report, self.cfg)
 
 
-def run_crawl_extract(inputs: list[str], out: str, cfg: ExtractConfig, opts: RunOptions | None = None, progress: Progress | None = None, stdout=None) -> Manifest:
+def run_crawl_extract(
+    inputs: list[str],
+    out: str,
+    cfg: ExtractConfig,
+    opts: RunOptions | None = None,
+    progress: Progress | None = None,
+    stdout=None,
+    stdin=None,
+) -> Manifest:
     opts = opts or RunOptions()
-    with executor_scope(opts):  # one scope, opened before OUT is touched
-        # absolute paths, so warc_path leads back to the record from wherever the docs are read
-        paths = [p if "://" in p else str(Path(p).resolve()) for p in expand_inputs(inputs)]
+    if inputs == [STDIO] and opts.executor != "local":
+        raise UsageError("--executor ray runs on files (or s3:// URLs) its workers can open; a stream on stdin is read here, give paths")
+    with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-crawl-extract-") as spool:  # one scope, opened before OUT is touched
+        if inputs == [STDIO]:
+            stream = WarcStream(StdinReader(stdin, "a WARC file"), spool)
+            tasks, refs = stream, lambda: [stream.input_ref()]  # cut as it is read, named once read
+        else:
+            # absolute paths, so warc_path leads back to the record from wherever the docs are read
+            paths = [p if "://" in p else str(Path(p).resolve()) for p in expand_inputs(inputs)]
+            refs = [input_ref(p) if "://" not in p else {"path": p, "kind": "url"} for p in paths]
         if cfg.lang_threshold < 0 or cfg.lang_threshold > 1:
             raise UsageError("--lang-threshold must be between 0 and 1")
         model_path = langid.find_model(cfg.langid_model)
         langid.load(model_path)  # load before forking so workers share the pages, and fail early
         warm_up()
         UrlFilter.from_files(cfg.blocklist_files, cfg.banned_words_files)  # an unreadable list fails here, once
-        try:
-            tasks = plan_tasks(paths)
-        except OSError as e:
-            raise UsageError(f"cannot read input: {e}") from e
+        if inputs != [STDIO]:
+            try:
+                tasks = plan_tasks(paths)
+            except OSError as e:
+                raise UsageError(f"cannot read input: {e}") from e
         return run_sharded(
             stage=STAGE,
             kind="docs",
@@ -364,7 +390,7 @@ def run_crawl_extract(inputs: list[str], out: str, cfg: ExtractConfig, opts: Run
             tasks=tasks,
             fn=_ShardFn(cfg),
             config=asdict(cfg),
-            inputs=[input_ref(p) if "://" not in p else {"path": p, "kind": "url"} for p in paths],
+            inputs=refs,
             opts=opts,
             progress=progress,
             stdout=stdout,

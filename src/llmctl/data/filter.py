@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from llmctl.artifacts.docs import DocsSource, ReadLog, ShardWriter, docs_sources, part_name, read_source, row_count, source_schema
-from llmctl.artifacts.manifest import Manifest, input_ref
+from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, ShardWriter, part_name, read_source, row_count, sharded_inputs, source_schema
+from llmctl.artifacts.manifest import Manifest
 from llmctl.data.filters import STEPS, Doc, Step, all_stats, build_step, first_failure
 from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
@@ -246,12 +246,13 @@ def run_filter(inputs: list[str], out: str, cfg: FilterConfig, opts: RunOptions 
     with executor_scope(opts):  # one scope, opened before OUT is touched
         steps = build_steps(cfg)
         with tempfile.TemporaryDirectory(prefix="llmctl-filter-in-") as spool:
-            sources = docs_sources(inputs, spool)
+            sources, refs = sharded_inputs(inputs, spool)
             labels = step_labels(cfg.steps)
             for k, step in enumerate(steps):
                 if step.needs_prepare:  # corpus-wide figures (a top-fraction threshold) before any shard
                     step.prepare(_texts_reaching(steps[:k], labels[:k], sources))
-            tasks = [Task(i, part_name(i, ""), asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
+            key = refs[0]["sha256"] if inputs == [STDIO] else None  # a resumed run reuses parts of this stream only
+            tasks = [Task(i, part_name(i, ""), asdict(s), weight=row_count(s), key=key) for i, s in enumerate(sources)]
             config = asdict(cfg)
             config["step_labels"] = step_labels(cfg.steps)
             return run_sharded(
@@ -261,7 +262,7 @@ def run_filter(inputs: list[str], out: str, cfg: FilterConfig, opts: RunOptions 
                 tasks=tasks,
                 fn=_ShardFn(cfg, steps),
                 config=config,
-                inputs=[input_ref(p) for p in inputs],
+                inputs=refs,
                 opts=opts,
                 progress=progress,
                 unit="docs",

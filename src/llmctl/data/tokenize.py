@@ -4,12 +4,14 @@ Encoding keeps what bits per byte needs (spec 001-data-eval §A9: BPB = (tokens/
 loss / ln 2, with the UTF-8 bytes of the unnormalized text; special tokens count 0 bytes): the
 manifest records documents, tokens and bytes. `split` with `val_fraction` sends each document
 to train or val by a seeded hash of its id, so the two splits are disjoint by document and the
-same whatever the sharding.
+same whatever the sharding. Both read docs on stdin (`-`): training streams it (the text is held
+in memory anyway), encoding spools it to Parquet parts its workers can share.
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count, source_schemas
+from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count, sharded_inputs, source_schemas
 from llmctl.artifacts.atomic import atomic_path, prepare_new_out
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, error_place, file_sha256, input_ref, write_manifest
@@ -52,14 +54,16 @@ def _train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig,
     progress = progress or Progress()
     t0 = time.perf_counter()
     prepare_new_out(out, cfg.overwrite)
-    sources = resolve_docs_inputs(inputs)
+    stream = open_docs_inputs(inputs, skip_empty=True) if inputs == [STDIO] else None  # hashed as it is read
+    sources = resolve_docs_inputs(inputs) if stream is None else []
     source_schemas(sources)  # a file without a string text column is a usage error, before any work
-    log = ReadLog()
+    log = stream.log if stream is not None else ReadLog()
     # Raw input files are hashed for the manifest while the text is read and the trainer runs
     # (hashlib drops the GIL): on a large Parquet file that is seconds off the critical path.
     with ThreadPoolExecutor(1) as pool:
-        refs = pool.submit(lambda: [input_ref(p) for p in inputs])
-        column = pa.chunked_array([b.column("text") for s in sources for b in read_source(s, columns=[], log=log, skip_empty=True)], pa.string())
+        refs = pool.submit(lambda: [input_ref(p) for p in inputs] if stream is None else None)
+        batches = stream.batches if stream is not None else (b for s in sources for b in read_source(s, columns=[], log=log, skip_empty=True))
+        column = pa.chunked_array([b.column("text") for b in batches], pa.string())
         lengths = pc.utf8_length(column).fill_null(0).to_pylist()  # characters, as Python's len
         keep = bpe.sample_indices(lengths, cfg.max_chars, cfg.seed)
         if not keep:
@@ -68,7 +72,7 @@ def _train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig,
         progress.start(None, "", "tokenize train")
         tok = bpe.train(sample, cfg)
         progress.finish()
-        input_refs = refs.result()
+        input_refs = refs.result() or stream.refs(inputs)
     for e in log.errors:
         progress.log(f"tokenize train: skipped damage in {error_place(e)}: {e['error']}")
     Path(out).mkdir(parents=True, exist_ok=True)
@@ -156,12 +160,13 @@ def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOpti
 
     cfg.check()
     opts = opts or RunOptions()
-    with executor_scope(opts):  # one scope, opened before OUT is touched
-        if out == STDIO:
-            raise UsageError("token shards are written to a directory, not to '-'")
-        sources = resolve_docs_inputs(inputs)
-        source_schemas(sources)  # a file without a string text column is a usage error, before any work
-        tasks = [Task(i, f"tokens-{i:05d}", asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
+    if out == STDIO:
+        raise UsageError("token shards are written to a directory, not to '-'")
+    # one executor scope, opened before OUT is touched; `-` is spooled for the workers
+    with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-tokenize-in-") as spool:
+        sources, refs = sharded_inputs(inputs, spool)
+        key = refs[0]["sha256"] if inputs == [STDIO] else None  # a resumed run reuses shards of this stream only
+        tasks = [Task(i, f"tokens-{i:05d}", asdict(s), weight=row_count(s), key=key) for i, s in enumerate(sources)]
         workers = opts.workers or default_workers()
         # fewer shards than workers still use every core: tiktoken's threads work inside a shard
         threads = max(1, workers // max(1, min(workers, len(tasks))))
@@ -172,7 +177,7 @@ def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOpti
             raise UsageError(f"{tok_path} has no end-of-text special token to separate documents")
         config = asdict(cfg)
         config.update(tokenizer=str(tok_path.resolve()), dtype=token_dtype(meta.vocab_size).str, vocab_size=meta.vocab_size, eos_id=meta.eos_id, special=meta.special, encoder="tiktoken" if enc.fast is not None else "tokenizers")
-        m = run_sharded(stage=STAGE, kind="tokens", out=out, tasks=tasks, fn=_Encode(cfg, cfg.tokenizer, threads), config=config, inputs=[input_ref(p) for p in inputs] + [input_ref(str(tok_path))], opts=opts, progress=progress, unit="docs")
+        m = run_sharded(stage=STAGE, kind="tokens", out=out, tasks=tasks, fn=_Encode(cfg, cfg.tokenizer, threads), config=config, inputs=refs + [input_ref(str(tok_path))], opts=opts, progress=progress, unit="docs")
         if (Path(out) / "manifest.json").exists():
             shutil.copyfile(tok_path, Path(out) / "tokenizer.json")  # the artifact carries its tokenizer
             c = m.counts

@@ -31,6 +31,7 @@ logging.getLogger("warcio").addHandler(logging.NullHandler())
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 READ_BLOCK = 1 << 20
+SNIFF_BYTES = 4096  # enough of a gzip member to see the "WARC/" its content starts with
 # How far past a range start we look for the next record before deciding the range holds none.
 # A single WARC record larger than this (a big video) just means the range's task finds nothing.
 RESYNC_LIMIT = 256 << 20
@@ -80,13 +81,16 @@ def file_size(path: str) -> int:
 def sniff(path: str) -> str:
     """'warc.gz' (gzip members), 'warc' (plain), 'arc' / 'arc.gz' (legacy, read whole only)."""
     with open_binary(path) as f:
-        head = f.read(64)
+        return sniff_head(f.read(SNIFF_BYTES))
+
+
+def sniff_head(head: bytes) -> str:
+    """The format from the first SNIFF_BYTES of a file or stream (see `sniff`)."""
     if head.startswith(GZIP_MAGIC[:2]):
-        with open_binary(path) as f:
-            try:
-                first = zlib.decompressobj(31).decompress(f.read(4096), 16)
-            except zlib.error:
-                first = b""
+        try:
+            first = zlib.decompressobj(31).decompress(head[:SNIFF_BYTES], 16)
+        except zlib.error:
+            first = b""
         return "arc.gz" if first and not first.startswith(b"WARC/") else "warc.gz"
     return "warc" if head.startswith(b"WARC/") else "arc"
 
@@ -98,14 +102,50 @@ def splittable(fmt: str) -> bool:
 def iter_records(path: str, start: int = 0, end: int | None = None) -> Iterator[WarcRecord | WarcError]:
     """Records of `path` whose offset lies in [start, end), and errors met along the way."""
     fmt = sniff(path)
-    if not splittable(fmt):
-        if start == 0:  # legacy ARC: no safe boundaries to split on, one task reads it all
-            yield from _iter_plain(path, 0, None)
-        return
+    if not splittable(fmt) and start != 0:
+        return  # legacy ARC: no safe boundaries to split on, the task at 0 reads it all
+    with open_binary(path) as f:
+        yield from _read(f, fmt, start, end)
+
+
+def iter_window(data: bytes, base: int, fmt: str) -> Iterator[WarcRecord | WarcError]:
+    """Every record in `data`, a window a stream reader cut out at `base` (data/warcstream.py):
+    it starts on a record boundary and ends where the next window's first record starts. Offsets
+    are the stream's, and damage inside is handled as in a file."""
+    if data:  # an empty window (a range no record starts in) holds nothing, not a truncated member
+        yield from _read(_Window(data, base), fmt, base, None)
+
+
+def _read(f, fmt: str, start: int, end: int | None) -> Iterator[WarcRecord | WarcError]:
+    """Records of the open file `f` from `start` on: at its first byte, `start` is a record
+    boundary; anywhere else, reading begins at the first boundary found after it."""
+    first = start == _origin(f)
     if fmt == "warc.gz":
-        yield from _iter_gzip(path, start, end)
+        yield from _iter_gzip(f, start if first else _find_member(f, start), end)
     else:
-        yield from _iter_plain(path, start, end)
+        yield from _iter_plain(f, start if first else _find_plain(f, start), end, resync=splittable(fmt))
+
+
+class _Window(io.BytesIO):
+    """Bytes held in memory that sit at `origin` in a longer stream, read and sought with the
+    stream's offsets, so the readers below work on them as on the whole file."""
+
+    def __init__(self, data: bytes, origin: int):
+        super().__init__(data)
+        self.origin = origin
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            pos -= self.origin
+        return super().seek(pos, whence) + self.origin
+
+    def tell(self) -> int:
+        return super().tell() + self.origin
+
+
+def _origin(f) -> int:
+    """The offset of `f`'s first byte: 0 for a file, a window's place in its stream."""
+    return getattr(f, "origin", 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,17 +163,19 @@ def _find_member(f, pos: int, limit: int = RESYNC_LIMIT) -> int | None:
         buf += block
         i = 0
         while (j := buf.find(GZIP_MAGIC, i)) >= 0:
-            if j + 64 > len(buf) and block:
-                break  # the candidate header runs past the buffer: read more first
+            if j + SNIFF_BYTES > len(buf) and block:
+                # read more first: a candidate is always judged on SNIFF_BYTES (or all up to the
+                # end), so where reads happen to stop (a pipe's anywhere) never changes the answer
+                break
             try:
-                if zlib.decompressobj(31).decompress(buf[j : j + 4096], 16).startswith(b"WARC/"):
+                if zlib.decompressobj(31).decompress(buf[j : j + SNIFF_BYTES], 16).startswith(b"WARC/"):
                     return base + j
             except zlib.error:
                 pass
             i = j + 1
-        keep = max(i, len(buf) - 4096)
+        keep = max(i, len(buf) - SNIFF_BYTES)
         base, buf = base + keep, buf[keep:]
-    # the tail: a last candidate too close to the end of the file to hold 64 bytes
+    # the tail: the last candidates, judged on what is left of the file
     j = buf.find(GZIP_MAGIC)
     while j >= 0:
         try:
@@ -160,19 +202,17 @@ def _read_member(f, offset: int) -> tuple[bytes, int]:
     return b"".join(out), offset + consumed
 
 
-def _iter_gzip(path: str, start: int, end: int | None) -> Iterator[WarcRecord | WarcError]:
-    with open_binary(path) as f:
-        pos = 0 if start == 0 else _find_member(f, start)
-        while pos is not None and (end is None or pos < end):
-            try:
-                content, nxt = _read_member(f, pos)
-            except (zlib.error, EOFError) as e:
-                yield WarcError(pos, f"damaged gzip member: {e}")
-                pos = _find_member(f, pos + 1)
-                continue
-            if content:
-                yield from _records_in(content, pos)
-            pos = nxt if nxt < _size(f) else None
+def _iter_gzip(f, pos: int | None, end: int | None) -> Iterator[WarcRecord | WarcError]:
+    while pos is not None and (end is None or pos < end):
+        try:
+            content, nxt = _read_member(f, pos)
+        except (zlib.error, EOFError) as e:
+            yield WarcError(pos, f"damaged gzip member: {e}")
+            pos = _find_member(f, pos + 1)
+            continue
+        if content:
+            yield from _records_in(content, pos)
+        pos = nxt if nxt < _size(f) else None
 
 
 def _size(f) -> int:
@@ -198,8 +238,9 @@ def _records_in(content: bytes, offset: int) -> Iterator[WarcRecord | WarcError]
 
 def _find_plain(f, pos: int, limit: int = RESYNC_LIMIT) -> int | None:
     """Offset of the next line starting 'WARC/1.' at or after `pos`."""
-    f.seek(max(0, pos - 2))
-    prefix = f.read(2) if pos >= 2 else b"\n\n"
+    back = min(2, pos - _origin(f))  # what precedes the file's first byte counts as a line end
+    f.seek(pos - back)
+    prefix = (b"\n\n" + _read_full(f, back))[-2:]
     base, buf = pos, b""
     while base - pos < limit:
         block = f.read(READ_BLOCK)
@@ -217,24 +258,31 @@ def _find_plain(f, pos: int, limit: int = RESYNC_LIMIT) -> int | None:
     return None
 
 
-def _iter_plain(path: str, start: int, end: int | None) -> Iterator[WarcRecord | WarcError]:
-    with open_binary(path) as f:
-        pos = 0 if start == 0 else _find_plain(f, start)
-        while pos is not None and (end is None or pos < end):
-            f.seek(pos)
-            it = _QuietArchiveIterator(f, arc2warc=True, check_digests=False)
-            last = pos
-            try:
-                while (rec := next(it, None)) is not None:
-                    last = it.offset  # start of this record; get_record_offset() would consume it
-                    if end is not None and last >= end:
-                        return
-                    yield WarcRecord(last, rec)
-                return
-            except (ArchiveLoadFailed, ValueError, EOFError, zlib.error) as e:
-                err_at = getattr(it, "offset", last)
-                yield WarcError(max(last, min(err_at, _size(f))), f"unparsable record: {_first_line(e)}")
-                pos = _find_plain(f, max(last, err_at) + 1) if splittable(sniff(path)) else None
+def _read_full(f, n: int) -> bytes:
+    """`n` bytes, fewer only at the end (a stream's reads may come back short)."""
+    data = b""
+    while len(data) < n and (more := f.read(n - len(data))):
+        data += more
+    return data
+
+
+def _iter_plain(f, pos: int | None, end: int | None, resync: bool) -> Iterator[WarcRecord | WarcError]:
+    """`resync`: after damage, look for the next record (WARC); legacy ARC has no marker to find."""
+    while pos is not None and (end is None or pos < end):
+        f.seek(pos)
+        it = _QuietArchiveIterator(f, arc2warc=True, check_digests=False)
+        last = pos
+        try:
+            while (rec := next(it, None)) is not None:
+                last = it.offset  # start of this record; get_record_offset() would consume it
+                if end is not None and last >= end:
+                    return
+                yield WarcRecord(last, rec)
+            return
+        except (ArchiveLoadFailed, ValueError, EOFError, zlib.error) as e:
+            err_at = getattr(it, "offset", last)
+            yield WarcError(max(last, min(err_at, _size(f))), f"unparsable record: {_first_line(e)}")
+            pos = _find_plain(f, max(last, err_at) + 1) if resync else None
 
 
 def _first_line(e: Exception) -> str:

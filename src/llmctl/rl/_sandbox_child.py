@@ -1,13 +1,14 @@
 """Child side of llmctl.rl.sandbox: the harness that runs untrusted code against test cases.
 
-It runs as ``python -I -S -c <this file's source> FD`` in a fresh temp dir, so it may import the
-standard library only (what it needs of llmctl, the Landlock module, comes as source in the
-payload). Steps: read and delete ``.payload.json``; compile the tests (a test that does not
-compile is the dataset's fault: ``badtest``); set the resource limits; confine itself (below);
-report ``ready``; exec the code; exec each test in the code's namespace; report ``done``. Reports
-go to the inherited pipe FD as lines ``NONCE EVENT [DETAIL]`` — not to stdout, which the code
-owns. Everything before ``ready`` is infrastructure: a failure there is a masked sample, never a
-0 reward.
+It runs as ``python -I -S -c <this file's source> FD PARENT_PID`` in a fresh temp dir, so it may
+import the standard library only (what it needs of llmctl, the Landlock module, comes as source in
+the payload). Steps: die with the parent (a ``kill -9`` of llmctl must not leave untrusted code
+running; see llmctl/runtime/lifeline.py, which this cannot import); read and delete
+``.payload.json``; compile the tests (a test that does not compile is the dataset's fault:
+``badtest``); set the resource limits; confine itself (below); report ``ready``; exec the code;
+exec each test in the code's namespace; report ``done``. Reports go to the inherited pipe FD as
+lines ``NONCE EVENT [DETAIL]`` — not to stdout, which the code owns. Everything before ``ready``
+is infrastructure: a failure there is a masked sample, never a 0 reward.
 
 Confinement, in this order (each step needs the privileges the next one gives up):
 
@@ -235,6 +236,19 @@ def _confine(payload):
     return "+".join(have), problems
 
 
+def _die_with_parent(parent_pid):
+    """PR_SET_PDEATHSIG(SIGKILL), then exit if the parent is already gone (it died before the call)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None).prctl(1, ctypes.c_ulong(9), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
 def _set_limits(limits):
     import resource
 
@@ -259,6 +273,7 @@ def _describe(exc):
 
 
 def _main():
+    _die_with_parent(int(sys.argv[2]))
     write, fd, exit_now = os.write, int(sys.argv[1]), os._exit
     nonce = "?"
 
@@ -285,6 +300,7 @@ def _main():
         if problems and not payload.get("unsafe"):
             emit("herror", f"sandbox incomplete ({'; '.join(problems)}); not running the code")
             exit_now(0)
+        _die_with_parent(int(sys.argv[2]))  # again: a change of uid clears the parent-death signal (prctl(2))
         code = payload["code"]
         del payload
     except BaseException as e:

@@ -207,7 +207,7 @@ def run_python(code: str, tests: Sequence[str], limits: Limits = Limits(), pytho
         # The interpreter starts as this process's user: the harness drops privileges itself, once
         # it has read what only that user can (a Python under /root, the payload).
         proc = subprocess.Popen(
-            [python or sys.executable, "-I", "-S", "-c", _CHILD_SOURCE, str(write_fd)],
+            [python or sys.executable, "-I", "-S", "-c", _CHILD_SOURCE, str(write_fd), str(os.getpid())],
             cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             pass_fds=(write_fd,), start_new_session=True,
         )

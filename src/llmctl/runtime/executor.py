@@ -7,6 +7,11 @@
 - Workers report progress through a queue; the parent forwards it to one `Progress`, so the
   user sees one bar for all workers.
 - `workers=1` runs in this process: no pickling, easy to debug, same results.
+- `tasks` may be a lazy iterator (a stream cut into batches as it is read): it is pulled in this
+  process only while fewer than `max_in_flight` tasks are queued or running, so a producer that
+  reads stdin never holds more than that many batches in memory.
+- Workers die with this process (runtime/lifeline.py): a `kill -9` of the parent leaves no
+  orphans computing shards nobody will collect.
 - Inside `use_backend(b)` (runtime/ray_executor.py installs one for `--executor ray`), the same
   call hands the tasks to that backend instead; results, order and errors keep these semantics.
 """
@@ -17,7 +22,7 @@ import multiprocessing as mp
 import os
 import queue as queue_mod
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llmctl.errors import StageFailed
+from llmctl.runtime.lifeline import die_with_parent
 from llmctl.runtime.progress import Progress
 
 
@@ -35,6 +41,9 @@ class Task:
     name: str  # e.g. "part-00003"
     payload: Any  # stage-specific and picklable: a file path, a byte range ...
     weight: int = 1  # progress units this task accounts for (bytes, rows)
+    # What the shard is made of, when its name does not say (a window of a stream on stdin: its
+    # offset and sha256), so a resumed run never reuses a shard made from other bytes.
+    key: str | None = None
 
 
 @dataclass
@@ -63,7 +72,8 @@ def default_workers() -> int:
 _worker_queue = None
 
 
-def _init_worker(q) -> None:
+def _init_worker(q, parent_pid: int) -> None:
+    die_with_parent(parent_pid)
     global _worker_queue
     _worker_queue = q
 
@@ -112,13 +122,17 @@ def current_backend() -> Backend | None:
 
 
 class InOrder:
-    """Collects results as they finish and calls `on_result` in task order."""
+    """Collects results as they finish and calls `on_result` in task order. The order is the
+    tasks given, plus any announced later with `expect` (a lazy task list)."""
 
     def __init__(self, tasks: list[Task], on_result: Callable[[TaskResult], None] | None):
         self.order = [t.index for t in tasks]
         self.on_result = on_result
         self.results: dict[int, TaskResult] = {}
         self.emitted = 0
+
+    def expect(self, task: Task) -> None:
+        self.order.append(task.index)
 
     def add(self, r: TaskResult) -> None:
         self.results[r.index] = r
@@ -133,28 +147,39 @@ class InOrder:
 
 def run_tasks(
     fn: TaskFn,
-    tasks: list[Task],
+    tasks: Iterable[Task],
     *,
     workers: int | None = None,
     progress: Progress | None = None,
     on_result: Callable[[TaskResult], None] | None = None,
+    max_in_flight: int | None = None,
 ) -> list[TaskResult]:
-    """Run `fn` over `tasks`; return one TaskResult per task, in task order."""
+    """Run `fn` over `tasks`; return one TaskResult per task, in task order.
+
+    A list is run as it is; any other iterable is pulled lazily, here, keeping at most
+    `max_in_flight` tasks (default twice the workers) submitted and unfinished."""
     progress = progress or Progress()
     backend = _backend.get()
-    if backend is not None and tasks:
-        return backend.run(fn, tasks, workers=workers, progress=progress, on_result=on_result)
-    workers = max(1, min(workers or default_workers(), len(tasks) or 1))
-    results = InOrder(tasks, on_result)
+    lazy = not isinstance(tasks, list)
+    if backend is not None:
+        tasks = list(tasks)  # a backend plans over the whole list; stages keep streams local
+        if tasks:
+            return backend.run(fn, tasks, workers=workers, progress=progress, on_result=on_result)
+    workers = max(1, workers or default_workers()) if lazy else max(1, min(workers or default_workers(), len(tasks) or 1))
+    results = InOrder([] if lazy else tasks, on_result)
     collect = results.add
 
     if workers == 1:
         for t in tasks:
+            if lazy:
+                results.expect(t)
             collect(_call(fn, t, progress.advance))
         return results.all()
 
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     q = ctx.Queue()
+    cap = max(1, max_in_flight or 2 * workers) if lazy else len(tasks)  # a list is submitted at once
+    source = iter(tasks)
 
     def drain() -> None:
         while True:
@@ -163,22 +188,40 @@ def run_tasks(
             except queue_mod.Empty:
                 return
 
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(q,)) as pool:
-        futures = {pool.submit(_call_in_worker, fn, t): t for t in tasks}
-        pending = set(futures)
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(q, os.getpid())) as pool:
+        futures: dict = {}  # future -> (index, name); not the task, whose payload may be a large batch
+        pending: set = set()
+        more = True
         try:
-            while pending:
+            while True:
+                while more and len(pending) < cap:
+                    t = next(source, None)  # for a stream, this is where stdin is read
+                    if t is None:
+                        more = False
+                        break
+                    if lazy:
+                        results.expect(t)
+                    f = pool.submit(_call_in_worker, fn, t)
+                    futures[f] = (t.index, t.name)
+                    pending.add(f)
+                if not pending:
+                    break
                 done, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
                 drain()
-                for f in sorted(done, key=lambda f: futures[f].index):
+                for f in sorted(done, key=lambda f: futures[f][0]):
                     collect(f.result())
+                    del futures[f]
         except BrokenProcessPool as e:
-            running = sorted(futures[f].name for f in pending)
+            running = sorted(futures[f][1] for f in pending)
             for f in pending:
                 f.cancel()
             raise StageFailed(
                 "a worker process died (killed or out of memory) while running "
                 f"{', '.join(running[:5]) or 'a shard'}; finished shards are kept, re-run to resume"
             ) from e
-        drain()
+        except BaseException:  # the task source failed (unreadable stdin) or the user interrupted:
+            for f in pending:  # do not wait for queued tasks before reporting it
+                f.cancel()
+            raise
+    drain()  # after the pool has shut down: the workers' queue feeders flushed as they exited
     return results.all()

@@ -16,6 +16,8 @@ artifact directory; this module does the rest:
 - `--executor ray`: the same tasks run as Ray tasks (runtime/ray_executor.py); the driver still
   plans, and commits the manifest;
 - `-o -`: shards are built in a temporary directory and streamed to stdout in order;
+- a lazy task list (crawl-extract cutting stdin into windows): tasks are pulled as the pool has
+  room, and the manifest's inputs may be a callable, asked once the input has been read;
 - counts, outputs and errors of all shards are summed into the manifest.
 """
 
@@ -28,7 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +71,8 @@ class _ShardJob:
             return json.loads(marker.read_text(encoding="utf-8"))
         stats = self.fn(task, self.work_dir, report)
         stats["name"] = task.name
+        if task.key is not None:
+            stats["key"] = task.key
         stats["outputs"] = [_output(self.work_dir, f) for f in stats.get("outputs", [])]
         write_text(marker, json.dumps(stats, sort_keys=True))
         return stats
@@ -79,6 +83,16 @@ def _output(work: Path, f) -> dict:
     if isinstance(f, dict):
         return output_entry(work / f["file"], f.get("rows"), work)
     return output_entry(work / f, pq.ParquetFile(work / f).metadata.num_rows, work)
+
+
+def _finished(work: Path, task: Task) -> bool:
+    """Whether an earlier run finished this shard from the same input (see Task.key)."""
+    marker = work / SHARDS_DIR / f"{task.name}.json"
+    if not marker.exists():
+        return False
+    if task.key is not None and json.loads(marker.read_text(encoding="utf-8")).get("key") != task.key:
+        raise UsageError(f"output {work} holds shard {task.name} made from other input bytes than this run reads; use --overwrite to start over")
+    return True
 
 
 def config_digest(stage: str, config: dict) -> str:
@@ -100,6 +114,8 @@ def _what_changed(recorded: dict, ident: dict) -> str:
         return f"{len(old)} input(s), not these {len(new)}"
     for i, (a, b) in enumerate(zip(old, new), 1):
         if a != b:
+            if a.get("path") == b.get("path") == STDIO:
+                return f"other bytes on stdin (input {i} was sha256 {str(a.get('sha256'))[:12]}…, now {str(b.get('sha256'))[:12]}…)"
             how = "another input" if a.get("path") != b.get("path") else "the same path with other content"
             return f"{how}: input {i} was {a.get('path')}, now {b.get('path')}"
     return "other inputs"
@@ -172,17 +188,20 @@ def run_sharded(
     stage: str,
     kind: str,
     out: str,
-    tasks: list[Task],
+    tasks: list[Task] | Iterable[Task],
     fn: ShardFn,
     config: dict,
-    inputs: list[dict],
+    inputs: list[dict] | Callable[[], list[dict]],
     opts: RunOptions,
     progress: Progress | None = None,
     stdout=None,
     schema=None,
     unit: str = "",
 ) -> Manifest:
-    """Run a sharded stage into `out` (a directory, or `-` for an Arrow stream on stdout)."""
+    """Run a sharded stage into `out` (a directory, or `-` for an Arrow stream on stdout).
+
+    `tasks` that is not a list is a lazy source (see run_tasks): it is read once, as the pool has
+    room, and cannot be sliced among jobs."""
     progress = progress or Progress()
     streaming = out == STDIO
     sliced = opts.num_shards > 1 and not streaming
@@ -192,20 +211,28 @@ def run_sharded(
 
 def _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, stdout, schema, unit) -> Manifest:
     t0 = time.perf_counter()
-    ident = run_identity(stage, config, inputs)
+    # a stream read lazily is named by its bytes once read; its shards carry their own keys (Task.key)
+    ident = run_identity(stage, config, [{"path": STDIO, "kind": "stream"}] if callable(inputs) else inputs)
     streaming = out == STDIO
     tmp = tempfile.TemporaryDirectory(prefix=f"llmctl-{stage}-") if streaming else None
     work = Path(tmp.name) if streaming else Path(out)
     try:
+        lazy = not isinstance(tasks, list)
         sliced = opts.num_shards > 1 and not streaming
+        if lazy and sliced:
+            raise UsageError("--num-shards splits the work among jobs, but a stream is read by one job")
         prepare_out(work, stage, ident, opts.overwrite and not streaming, clean_temps=not sliced)
-        mine = select_shard(tasks, opts.shard_index, opts.num_shards) if not streaming else tasks
-        done = {t.name for t in mine if (work / SHARDS_DIR / f"{t.name}.json").exists()}
-        todo = [t for t in mine if t.name not in done]
-        if sliced:
-            remove_task_temps(work, {t.name for t in todo})
-
-        progress.start(sum(t.weight for t in todo), unit=unit, description=stage)
+        if lazy:
+            seen: list[Task] = []  # every task, for the manifest; without payloads, which may be large
+            todo: list[Task] | Iterator[Task] = _unfinished(tasks, work, seen)
+            tasks = seen
+            progress.start(None, unit=unit, description=stage)
+        else:
+            mine = select_shard(tasks, opts.shard_index, opts.num_shards) if not streaming else tasks
+            todo = [t for t in mine if not _finished(work, t)]
+            if sliced:
+                remove_task_temps(work, {t.name for t in todo})
+            progress.start(sum(t.weight for t in todo), unit=unit, description=stage)
         sink = _StreamOut(work, stdout, schema) if streaming else None
 
         def on_result(r: TaskResult) -> None:
@@ -216,8 +243,8 @@ def _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, st
 
         with executor_scope(opts) if todo else nullcontext():
             results = run_tasks(_ShardJob(fn, work), todo, workers=opts.workers, progress=progress, on_result=on_result)
-            if todo and current_backend() is not None:  # Ray retried any task whose worker died: clear
-                remove_task_temps(work, {t.name for t in todo})  # what the dead attempt left (none of ours runs now)
+            if results and current_backend() is not None:  # Ray retried any task whose worker died: clear
+                remove_task_temps(work, {r.name for r in results})  # what the dead attempt left (none of ours runs now)
         progress.finish()
         if sink:
             sink.close()
@@ -226,10 +253,10 @@ def _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, st
             raise disk_error(failed[0].error)
         for r in failed:
             progress.log(f"{stage}: shard {r.name} failed: {r.error}")
-        manifest = _manifest(stage, kind, work, tasks, results, config, inputs, time.perf_counter() - t0)
+        manifest = _manifest(stage, kind, work, tasks, results, config, inputs() if callable(inputs) else inputs, time.perf_counter() - t0)
         if failed:  # the artifact is incomplete: no manifest, so nothing downstream takes it for done
             raise StageFailed(
-                f"{len(failed)} of {len(todo)} shard(s) failed, first {failed[0].name}: {failed[0].error}; "
+                f"{len(failed)} of {len(results)} shard(s) failed, first {failed[0].name}: {failed[0].error}; "
                 "finished shards are kept, re-run to retry the rest"
             )
         all_done = all((work / SHARDS_DIR / f"{t.name}.json").exists() for t in tasks)
@@ -243,6 +270,14 @@ def _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, st
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+def _unfinished(tasks: Iterable[Task], work: Path, seen: list[Task]) -> Iterator[Task]:
+    """The tasks of a lazy source still to run, noting each one in `seen` as it comes."""
+    for t in tasks:
+        seen.append(Task(t.index, t.name, None, t.weight, t.key))
+        if not _finished(work, t):
+            yield t
 
 
 def _manifest(stage, kind, work: Path, tasks, results: list[TaskResult], config, inputs, wall) -> Manifest:

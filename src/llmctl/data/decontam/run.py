@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from llmctl.artifacts.atomic import write_text
-from llmctl.artifacts.docs import STDIO, DocsSource, ReadLog, ShardWriter, docs_sources, part_name, read_source, row_count, source_schema
+from llmctl.artifacts.docs import STDIO, DocsSource, ReadLog, ShardWriter, part_name, read_source, row_count, sharded_inputs, source_schema
 from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, output_entry, write_manifest
 from llmctl.data.decontam.against import EvalTask, resolve_task_files
 from llmctl.data.decontam.index import EvalIndex, build_index, match_docs
@@ -200,9 +200,9 @@ def decontam_shard(task: Task, out: Path, report, cfg: DecontamConfig, index: Ev
 # The stage
 
 
-def _docs_sources(inputs: list[str], spool: str) -> list[DocsSource]:
+def _docs_sources(inputs: list[str], spool: str) -> tuple[list[DocsSource], list[dict]]:
     try:
-        return docs_sources(inputs, spool)
+        return sharded_inputs(inputs, spool)
     except UsageError as e:
         if "no 'text' column" in str(e):
             raise UsageError(f"{e}; if this is a task file, give each one with --against (or quote a glob: --against 'dir/*.jsonl')") from e
@@ -232,7 +232,7 @@ def run_decontam(
     with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-decontam-") as tmp:
         named = resolve_task_files(task_files)
         tasks = [EvalTask.load(name, path) for name, path in named]
-        sources = _docs_sources(inputs, str(Path(tmp) / "stdin"))
+        sources, refs = _docs_sources(inputs, str(Path(tmp) / "stdin"))
         index = build_index(tasks, cfg.ngram, cfg.min_overlap)
         index_path = Path(tmp) / "index.npz"
         index.save(index_path)
@@ -241,7 +241,7 @@ def run_decontam(
         tasks_list = [Task(i, part_name(i, ""), asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
         report_only_dir = cfg.report_only and (out is None or out == STDIO)
         target = str(Path(tmp) / "report") if report_only_dir else out
-        refs = [input_ref(p) for p in inputs] + [{**input_ref(t.path), "task": t.name} for t in tasks]
+        refs = refs + [{**input_ref(t.path), "task": t.name} for t in tasks]
         manifest = run_sharded(
             stage=STAGE,
             kind=REPORT_KIND if cfg.report_only else "docs",

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, ShardWriter, docs_sources, part_name, read_source, row_count, source_schema
+from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, ShardWriter, part_name, read_source, row_count, sharded_inputs, source_schema
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
@@ -408,8 +408,7 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
     # one executor scope for all four phases: one Ray connection, and a library caller's
     # --executor reaches the sign and pairs phases too
     with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-dedup-") as tmp:
-        sources = docs_sources(inputs, tmp)
-        refs = [input_ref(p) for p in inputs]
+        sources, refs = sharded_inputs(inputs, tmp)
         # rows before reading (the sign phase's weights, and disjoint document numbers for its
         # keys); the rows each file gives once damaged and text-less ones are left out are known
         # after it, and number the documents from then on

@@ -310,15 +310,17 @@ def split_holdout(texts: list[str], share: float, rng: random.Random) -> tuple[l
 # memory (one page per small allocation, up to the kernel's map count).
 _TRAIN_SCRIPT = """
 import json, sys
-import fasttext
+from llmctl.runtime.lifeline import die_with_parent
 a = json.loads(sys.argv[1])
+die_with_parent(a["parent"])  # a killed llmctl leaves no training running on
+import fasttext
 fasttext.train_supervised(input=a["input"], **a["params"]).save_model(a["output"])
 """
 
 
 def run_fasttext_training(train_file: Path, model_file: Path, params: dict) -> None:
     """Train in a child process (see above); raise StageFailed with fastText's own message."""
-    arg = json.dumps({"input": str(train_file), "output": str(model_file), "params": params})
+    arg = json.dumps({"input": str(train_file), "output": str(model_file), "params": params, "parent": os.getpid()})
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_PERTURB_"}  # it would fill those pages
     env["MALLOC_MMAP_THRESHOLD_"] = "0"
     proc = subprocess.run(
