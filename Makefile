@@ -43,8 +43,12 @@ $(LANGID): | $(STAMP)
 	mv $@.tmp $@
 	rm -rf $(VENV)/tmp-langid
 
+# Test files run in TEST_WORKERS processes (pytest-xdist), each file whole in one of them so its
+# module fixtures are built once; most tests wait on subprocesses of one core, so two share 2 cores.
+TEST_WORKERS ?= 2
+
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # ---------------------------------------------------------------------------------------------
 # The pipeline. WARC and OUT may be set on the command line.

@@ -225,10 +225,10 @@ def test_imported_chat_model_generates_through_its_template(releases, tmp_path):
                                         add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
     theirs = hf_greedy(hf_model(src), list(prompt), 6)
     assert out["tokens"] == len([t for t in theirs if t not in (0, 2)])
-    p = llmctl("import", src, "-o", tmp_path / "base", "--no-chat", check=True)
+    import_hf(src, tmp_path / "base", chat=False)
     assert load_checkpoint(tmp_path / "base").trainer_state["chat"] is False
-    p = llmctl("import", src, "-o", tmp_path / "ck")
-    assert p.returncode == 2 and "--overwrite" in p.stderr.decode()
+    with pytest.raises(UsageError, match="--overwrite"):
+        import_hf(src, tmp_path / "ck")
 
 
 def _refusal(src, **changes):
@@ -312,14 +312,14 @@ def check_chat_export(run, out):
     turns = [{"role": "user", "content": "The miller carries grain."}, {"role": "assistant", "content": "the miller"},
              {"role": "user", "content": "A farmer builds a red boat."}]
     assert tok.apply_chat_template(turns, tokenize=True, return_dict=True)["input_ids"] == template.encode_chat(turns)[0]
+    questions = ["The miller carries grain to town.", "My sister sells the stone wall.", "The river watches twelve baskets."]
+    p = llmctl("generate", run, *[a for q in questions for a in ("-p", q)], "--max-new-tokens", "24", "--json", check=True)
     stopped = 0
-    for question in ["The miller carries grain to town.", "My sister sells the stone wall.", "The river watches twelve baskets."]:
+    for question, ours in zip(questions, json.loads(p.stdout)):
         msgs = [{"role": "user", "content": question}]
         prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
         assert prompt == template.prompt_ids(msgs)
         theirs = hf_greedy(model, prompt, 24)
-        p = llmctl("generate", run, "-p", question, "--max-new-tokens", "24", "--json", check=True)
-        ours = json.loads(p.stdout)[0]
         if ours["finish"] == "eos":
             stopped += 1
             assert theirs[-1] == end and len(theirs) == ours["tokens"] + 1
