@@ -103,6 +103,13 @@ def list_checkpoints(ckpt_root: Path) -> list[Path]:
     return sorted(p for p in ckpt_root.iterdir() if p.is_dir() and p.name.startswith("step-"))
 
 
+def owner_artifact(path: str | os.PathLike) -> Path:
+    """The artifact a checkpoint belongs to, for lineage: the step dir, its run, or the import
+    (the first of step dir, checkpoints/, run dir that has a manifest.json); else the path itself."""
+    p = Path(path)
+    return next((q for q in (p, p.parent, p.parent.parent) if (q / "manifest.json").is_file()), p)
+
+
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
     """A checkpoint directory from a step dir, a `checkpoints/` dir or a run dir (→ its latest)."""
     p = Path(path)

@@ -23,7 +23,8 @@ def train(
     output: Annotated[str, typer.Option("--output", "-o", help="Run directory: config.json, metrics.jsonl, checkpoints/.")] = "",
     config: Annotated[Optional[str], typer.Option("--config", "-c", help="Preset under stages/train/ (tiny, small, gpt2-124m, fineweb-0.5b) or a .toml with model and train tables.")] = "tiny",
     sft: Annotated[Optional[str], typer.Option("--sft", help="Supervised fine-tuning on conversations (JSONL/Parquet: messages, GSM8K question/answer, or prompt/answer): loss on assistant tokens only, packed rows.")] = None,
-    init: Annotated[Optional[str], typer.Option("--init", help="With --sft: start from this checkpoint (its architecture and tokenizer).")] = None,
+    init: Annotated[Optional[str], typer.Option("--init", help="Start from this checkpoint (its architecture and tokenizer): SFT with --sft, else continued pretraining / midtraining on TOKENS, which must use the checkpoint's tokenizer.")] = None,
+    init_optimizer: Annotated[Optional[bool], typer.Option("--init-optimizer/--no-init-optimizer", help="With --init: also take the checkpoint's AdamW state (moments and step counts), as training on would.")] = None,
     tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="With --sft and no --init: tokenizer.json of the fresh model (needs the chat tokens).")] = None,
     val_fraction: Annotated[float, typer.Option("--val-fraction", help="With --sft: share of conversations held out for validation loss (seeded).")] = 0.0,
     val: Annotated[Optional[str], typer.Option("--val", help="Held-out tokens artifact for validation loss and bits per byte.")] = None,
@@ -34,7 +35,7 @@ def train(
     batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Global batch in tokens (all ranks).")] = None,
     micro_batch: Annotated[Optional[int], typer.Option("--micro-batch", help="Sequences per forward pass; gradient accumulation makes up the rest.")] = None,
     seq_len: Annotated[Optional[int], typer.Option("--seq-len", help="Tokens per training sequence.")] = None,
-    schedule: Annotated[Optional[str], typer.Option("--schedule", help="wsd (warmup-stable-decay), cosine (to 10%), or linear (to zero).")] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", help="wsd (warmup-stable-decay), cosine (to 10%), linear (to zero), or decay (a WSD decay branch: from a stable-phase --init checkpoint, the rate falls over the whole run; no warmup).")] = None,
     dtype: Annotated[Optional[str], typer.Option("--dtype", help="float32, or bfloat16 autocast with fp32 master weights.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Initial weights and data order.")] = None,
     eval_every: Annotated[Optional[int], typer.Option("--eval-every", help="Steps between validation passes.")] = None,
@@ -58,8 +59,8 @@ def train(
         raise UsageError("train: missing option --output/-o")
     if (tokens is None) == (sft is None):
         raise UsageError("train: give a tokens artifact, or --sft CHATS (not both)")
-    if sft is None and (init or tokenizer or val_fraction):
-        raise UsageError("train: --init, --tokenizer and --val-fraction go with --sft")
+    if sft is None and (tokenizer or val_fraction):
+        raise UsageError("train: --tokenizer and --val-fraction go with --sft")
     if init and any(x.strip().startswith("model.") for x in set_ or []):
         raise UsageError("train: --init fixes the architecture; --set model.* cannot change it")
     check_flags("sft", val_fraction=val_fraction)
@@ -68,7 +69,7 @@ def train(
     overrides = dict(max_tokens=max_tokens, max_steps=max_steps, lr=lr, batch_tokens=batch_tokens, micro_batch=micro_batch,
                     seq_len=seq_len, schedule=schedule, dtype=dtype, seed=seed, eval_every=eval_every,
                     checkpoint_every=checkpoint_every, compile=compile_, fsdp=fsdp, peak_flops=peak_flops,
-                    device=device, threads=threads)
+                    device=device, threads=threads, init_optimizer=init_optimizer)
     # train presets hold [model] and [train] tables; load_run_config applies build_config to each
     model_cfg, cfg = load_run_config(config, overrides, set_ or [])
     rank0 = int(os.environ.get("RANK", "0")) == 0  # under torchrun: one status, one summary
@@ -81,7 +82,7 @@ def train(
             m = run_sft(Path(sft), Path(output), model_cfg, cfg, init=Path(init) if init else None,
                         tokenizer=Path(tokenizer) if tokenizer else None, val_fraction=val_fraction, **kw)
         else:
-            m = run_train(Path(tokens), Path(output), model_cfg, cfg, **kw)
+            m = run_train(Path(tokens), Path(output), model_cfg, cfg, init=Path(init) if init else None, **kw)
     finally:
         status.finish()
     if rank0:

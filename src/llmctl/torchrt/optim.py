@@ -43,11 +43,18 @@ def lr_at(tokens: float, *, peak: float, total: float, warmup: float, schedule: 
 
     wsd: linear warmup, flat at peak, then decay over the last cooldown_frac of the run, linear
     or 1−√ (spec §A5, L2277); cosine: to final_frac·peak, 10% by default (L2273); linear: to zero
-    (D2Z); constant: the peak after warmup (RL's usual rate, verl's default)."""
+    (D2Z); constant: the peak after warmup (RL's usual rate, verl's default); decay: a WSD decay
+    branch — from a stable-phase checkpoint, the whole run is the cooldown, linear or 1−√ down to
+    final_frac·peak (MiniCPM, Hu et al. 2024; Hägele et al. 2024, "Scaling Laws and
+    Compute-Optimal Training beyond Fixed Training Durations"; spec §A5)."""
     if warmup > 0 and tokens < warmup:
         return peak * tokens / warmup
     if schedule == "constant":
         return peak
+    if schedule == "decay":
+        y = min(1.0, max(0.0, tokens - warmup) / max(1.0, total - warmup))
+        frac = 1 - math.sqrt(y) if cooldown == "sqrt" else 1 - y
+        return final_frac * peak + (peak - final_frac * peak) * frac
     x = min(1.0, (tokens - warmup) / max(1.0, total - warmup))  # progress after warmup
     if schedule == "cosine":
         floor = peak * (final_frac if final_frac else 0.1)

@@ -10,6 +10,9 @@ from llmctl.model.config import ModelConfig
 from llmctl.torchrt.device import DTYPES
 
 
+SCHEDULES = ("wsd", "cosine", "linear", "decay")
+
+
 @dataclass
 class TrainConfig:
     seq_len: int = 256
@@ -20,7 +23,7 @@ class TrainConfig:
     lr: float = 3e-3
     warmup_tokens: int | None = None  # linear warmup length; None: warmup_frac of max_tokens
     warmup_frac: float = 0.1
-    schedule: str = "wsd"  # wsd | cosine | linear
+    schedule: str = "wsd"  # wsd | cosine | linear | decay (a WSD decay branch: cooldown over the whole run)
     cooldown_frac: float = 0.2  # wsd: decay over the last 20% (spec §A5: 10-20%)
     cooldown: str = "linear"  # wsd cooldown shape: linear | sqrt (1 − √)
     final_lr_frac: float = 0.0  # wsd/cosine floor as a fraction of peak (cosine: 0 means 10%)
@@ -44,12 +47,13 @@ class TrainConfig:
     peak_flops: float | None = None  # FLOP/s of one device for MFU (default: table or measured)
     device: str = "auto"  # auto | cpu | cuda
     threads: int | None = None  # torch intra-op threads (CPU)
+    init_optimizer: bool = False  # with --init: also the checkpoint's AdamW state (moments, step counts)
 
     def check(self) -> None:
         if self.dtype not in DTYPES:
             raise UsageError(f"train: dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        if self.schedule not in ("wsd", "cosine", "linear"):
-            raise UsageError(f"train: schedule must be wsd, cosine or linear, got {self.schedule!r}")
+        if self.schedule not in SCHEDULES:
+            raise UsageError(f"train: schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.cooldown not in ("linear", "sqrt"):
             raise UsageError(f"train: cooldown must be linear or sqrt, got {self.cooldown!r}")
         for name in ("seq_len", "batch_tokens", "micro_batch", "max_tokens"):

@@ -1,5 +1,7 @@
 """The pretraining batch source: windows of a tokens artifact (train/loader.py), validated on a
-held-out tokens artifact in loss, perplexity and bits per byte, beside the unigram floor.
+held-out tokens artifact in loss, perplexity and bits per byte, beside the unigram floor. With
+`init` (a checkpoint) it is continued pretraining or midtraining: the run starts from those
+weights, and its lineage names both parents, the data and the checkpoint's run.
 
 Each micro-batch's mean token loss is weighted by its share of the rank's sequences, so the
 accumulated gradient is the mean over the rank's batch whatever the micro-batch split.
@@ -10,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from llmctl.artifacts.checkpoint import owner_artifact
 from llmctl.artifacts.manifest import input_ref
 from llmctl.artifacts.tokens import TokenDataset
 from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths, unigram_bits_per_byte
@@ -19,10 +22,10 @@ from llmctl.train.loader import PackedBatches
 
 
 class PretrainData:
-    init = None  # pretraining starts from the seeded initialization
-
     def __init__(self, tokens: Path, val: Path | None, seq_len: int, seed: int,
-                 on_log: Callable[[str], None] = lambda m: None):
+                 on_log: Callable[[str], None] = lambda m: None, init: Path | None = None, offset: int = 0):
+        self.init = init  # None: the seeded initialization
+        self.offset = offset  # steps of this data a parent run (--init) already trained on
         self.train = TokenDataset(tokens, verify=True)  # every shard checked against its sha256 before step 1
         self.val = TokenDataset(val, verify=True) if val else None
         self.seq_len, self.seed, self.on_log = seq_len, seed, on_log
@@ -39,7 +42,8 @@ class PretrainData:
         return None
 
     def describe(self) -> dict:
-        return {"tokens": str(self.train.path), "val": str(self.val.path) if self.val else None}
+        return {"tokens": str(self.train.path), "val": str(self.val.path) if self.val else None,
+                "init": str(self.init) if self.init else None, "data_offset_steps": self.offset}
 
     def start(self, padded_vocab: int) -> None:
         self.loader = PackedBatches(self.train, self.seq_len, self.seed)
@@ -52,7 +56,7 @@ class PretrainData:
 
     def batch(self, step: int, batch_seqs: int, micro: int, dist: Dist):
         per_rank = batch_seqs // dist.world
-        micro_batches = list(self.loader.micro_batches(step, batch_seqs, micro, dist.rank, dist.world))
+        micro_batches = list(self.loader.micro_batches(step + self.offset, batch_seqs, micro, dist.rank, dist.world))
         return micro_batches, [x.shape[0] / per_rank for x, _ in micro_batches], None
 
     def loss(self, model, batch, z_loss: float):
@@ -72,6 +76,8 @@ class PretrainData:
 
     def manifest(self, val: dict | None) -> tuple[dict, list[dict], dict]:
         inputs = [input_ref(self.train.path)] + ([input_ref(self.val.path)] if self.val else [])
+        if self.init is not None:  # the second parent: the run (or import) the weights come from
+            inputs.append(input_ref(owner_artifact(self.init)))
         counts = {f"val_{k}": v for k, v in (val or {}).items()}
         if self.unigram_bpb is not None:
             counts["val_unigram_bits_per_byte"] = round(self.unigram_bpb, 6)

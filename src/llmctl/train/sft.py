@@ -258,13 +258,12 @@ class SFTData:
 
     def _inputs(self) -> list[dict]:
         """Manifest inputs: the chats file, and the --init checkpoint's run (its lineage) when it has one."""
-        from llmctl.artifacts.manifest import MANIFEST, input_ref
+        from llmctl.artifacts.checkpoint import owner_artifact
+        from llmctl.artifacts.manifest import input_ref
 
         refs = [input_ref(self.opts.chats)]
         if self.opts.init is not None:
-            init = Path(self.opts.init)
-            owner = next((p for p in (init, init.parent, init.parent.parent) if (p / MANIFEST).is_file()), init)
-            refs.append(input_ref(owner))
+            refs.append(input_ref(owner_artifact(self.opts.init)))
         return refs
 
 

@@ -16,6 +16,7 @@ completes, manifest.json.
 
 from __future__ import annotations
 
+import json
 import base64
 import math
 import signal
@@ -161,12 +162,13 @@ class Trainer:
         model = Transformer(self.model_cfg).to(self.dist.device)
         state = {"step": 0, "tokens": 0, "skipped_steps": 0}
         ck = ckpt_io.load_checkpoint(self.run_dir.checkpoints) if self.run_dir.has_checkpoint() else None
+        init = None
         if ck is not None:
             ckpt_io.load_weights(model, ck.tensors, ck.path)
             state = ck.trainer_state
             if "rng" in state:
                 _set_rng_state(state["rng"])
-        elif self.source.init is not None:  # fine-tuning a pretrained checkpoint
+        elif self.source.init is not None:  # fine-tuning or midtraining a checkpoint
             init = ckpt_io.load_checkpoint(self.source.init)
             ckpt_io.load_weights(model, init.tensors, init.path)
             self.on_log(f"initialized from {init.path}")
@@ -175,13 +177,19 @@ class Trainer:
         # DTensors take the default implementation
         opt = make_optimizer(model, self.cfg.lr, self.cfg.weight_decay, (self.cfg.beta1, self.cfg.beta2), self.cfg.eps,
                              fused=not self.cfg.fsdp)
-        if ck is not None and (optim_state := ck.optimizer_state()) is not None:
+        carried = ck if ck is not None else (init if self.cfg.init_optimizer else None)
+        if carried is not None and (optim_state := carried.optimizer_state()) is not None:
             try:
                 set_optimizer_state_dict(self._unwrapped(model), opt, optim_state,
                                          options=StateDictOptions(full_state_dict=True))
             except (ValueError, KeyError, RuntimeError) as e:
-                raise UsageError(f"{ck.path}: optimizer state does not fit this model ({e})") from e
-            self.on_log(f"resumed from {ck.path.name}: step {state['step']}, {state['tokens']:,} tokens")
+                raise UsageError(f"{carried.path}: optimizer state does not fit this model ({e})") from e
+            if ck is not None:
+                self.on_log(f"resumed from {ck.path.name}: step {state['step']}, {state['tokens']:,} tokens")
+            else:
+                self.on_log(f"optimizer state (AdamW moments and step counts) from {carried.path}")
+        elif carried is not None:
+            raise UsageError(f"--init-optimizer: {carried.path} has no optimizer.pt")
         if self.cfg.compile:
             model = torch.compile(model)
         return model, opt, state
@@ -195,7 +203,9 @@ class Trainer:
 
     def lr(self, tokens_end: int) -> float:
         c = self.cfg
-        warmup = c.warmup_tokens if c.warmup_tokens is not None else c.warmup_frac * c.max_tokens
+        # a decay branch starts at the rate its stable-phase checkpoint left off: no warmup by default
+        default_warmup = 0.0 if c.schedule == "decay" else c.warmup_frac * c.max_tokens
+        warmup = c.warmup_tokens if c.warmup_tokens is not None else default_warmup
         return lr_at(tokens_end, peak=c.lr, total=c.max_tokens, warmup=warmup, schedule=c.schedule,
                      cooldown_frac=c.cooldown_frac, cooldown=c.cooldown, final_frac=c.final_lr_frac)
 
@@ -327,8 +337,44 @@ def fit(source: BatchSource, out: Path, model_cfg: ModelConfig, cfg: TrainConfig
 
 
 def run_train(tokens: Path, out: Path, model_cfg: ModelConfig, cfg: TrainConfig, val: Path | None = None,
-              on_log: Callable[[str], None] | None = None, **kw) -> Manifest:
-    """`llmctl train TOKENS`: pretraining on a tokens artifact, validated on `val` when given."""
+              on_log: Callable[[str], None] | None = None, init: Path | None = None, **kw) -> Manifest:
+    """`llmctl train TOKENS`: pretraining on a tokens artifact, validated on `val` when given; with
+    `init`, continued from a checkpoint (midtraining): its architecture, its weights, and with
+    cfg.init_optimizer its AdamW state, under this run's own schedule."""
     cfg.check()
-    source = PretrainData(tokens, val, cfg.seq_len, cfg.seed, on_log or (lambda m: None))
+    offset = 0
+    if init is not None:
+        init, model_cfg, offset = init_checkpoint(init, tokens, cfg)
+    elif cfg.init_optimizer:
+        raise UsageError("--init-optimizer needs --init CKPT")
+    log = on_log or (lambda m: None)
+    if offset:
+        log(f"--init continues its run's data: {tokens} from step {offset} on, the batches it would have seen next")
+    source = PretrainData(tokens, val, cfg.seq_len, cfg.seed, log, init=init, offset=offset)
     return fit(source, out, model_cfg, cfg, on_log=on_log, **kw)
+
+
+def init_checkpoint(init: Path, tokens: Path, cfg: TrainConfig) -> tuple[Path, ModelConfig, int]:
+    """(checkpoint dir, its architecture, data offset in steps) for continuing on `tokens`, which
+    must be tokenized with the checkpoint's tokenizer (one line naming both when not). When the
+    checkpoint's run trained on these very tokens, with this seed and batch shape, the offset is its
+    step: continued pretraining picks up the data order where the parent stopped, rather than
+    repeating its first batches (and, with --init-optimizer and a matching schedule, equals the
+    parent trained on in one run). On other data (a new mixture) it starts at 0."""
+    from llmctl.artifacts.manifest import file_sha256, input_identity, input_ref
+
+    path = ckpt_io.resolve_checkpoint(init)
+    ck = ckpt_io.load_checkpoint(path)
+    theirs, ours = Path(tokens) / "tokenizer.json", ck.tokenizer_file
+    if ours is None or not theirs.is_file() or file_sha256(theirs) != file_sha256(ours):
+        raise UsageError(f"--init {path}: its tokenizer is not the one {tokens} was tokenized with "
+                         f"({ours or 'none in the checkpoint'} vs {theirs}); tokenize the data with the checkpoint's")
+    parent = path.parent.parent / "config.json"  # run/checkpoints/step-N -> run/config.json
+    try:
+        prev = json.loads(parent.read_text()) if parent.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        prev = {}
+    same_data = (prev.get("inputs") or [None])[0] == input_identity(input_ref(tokens))
+    same_order = all((prev.get("train") or {}).get(k) == getattr(cfg, k) for k in ("seed", "seq_len", "batch_tokens"))
+    offset = int(ck.trainer_state.get("step", 0)) if same_data and same_order else 0
+    return path, ck.config, offset
