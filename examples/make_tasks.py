@@ -2,7 +2,7 @@
 
     python examples/make_tasks.py [--out examples/tasks] [--crawl examples/crawl] [--seed 2025]
 
-Writes four files (see examples/tasks/README.md):
+Writes five files (see examples/tasks/README.md):
 
 * `cloze.jsonl`: multiple-choice cloze items `{"context", "choices", "label"}` (the generic `mc:`
   schema of `llmctl eval`). Each item is one fresh sentence written by make_crawl's own article
@@ -15,6 +15,8 @@ Writes four files (see examples/tasks/README.md):
 * `arithmetic.jsonl` / `arithmetic-train.jsonl`: GSM8K-format items `{"question", "answer"}`
   ("...\\n#### N") from make_crawl's word-problem generator (`problem`) under another seed: the
   eval set and a disjoint set for few-shot examples or RL prompts.
+* `arithmetic-corpus.jsonl`: the demo's midtraining corpus, docs `{"id", "text"}`: 1,000
+  worksheets of 4 worked problems each, in the plain GSM8K layout, under another seed.
 
 Held out, and checked here (the script fails rather than write a leaky file):
 * the crawl is read back from its WARC files (whose sha256 must match planted.json), plus the
@@ -29,7 +31,8 @@ Held out, and checked here (the script fails rather than write a leaky file):
   each of its town's events, people and animals; people's names count as interchangeable), so
   distractors that are wrong only by a free choice of the grammar are never used;
 * no arithmetic question equals a problem planted in the crawl (planted.json "problems") or
-  occurs in a crawl document; eval and train sets share no question.
+  occurs in a crawl document; eval and train sets share no question; the midtraining corpus
+  holds no eval question.
 
 Byte-for-byte reproducible: seeded random.Random instances only; sets serve membership tests,
 never an order. Only the standard library, warcio and examples/make_crawl.py are used.
@@ -50,10 +53,11 @@ sys.path.insert(0, str(HERE))
 import make_crawl as mc  # noqa: E402  (the crawl's generator: world, grammar, word problems)
 
 N_CLOZE, N_ARITH, N_ARITH_TRAIN = 200, 300, 1200  # n = 300 held out: a paired 10-point gap is ~3 standard errors
+N_CORPUS_DOCS, PER_DOC = 1000, 4  # the midtraining corpus: worksheets of worked problems
 NGRAM = 13  # llmctl decontam's default (GPT-3)
 POOL = 2000  # generated sentences that pass the held-out checks, the pool items and distractors come from
 MIN_CONTEXT = 4  # words left in a context
-FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl", "arithmetic-sft.jsonl")
+FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl", "arithmetic-sft.jsonl", "arithmetic-corpus.jsonl")
 INVERSE = {"*": "/", "/": "*", "+": "-", "-": "+"}  # the check of a op b = c is c inv b = a
 EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
 ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
@@ -303,10 +307,32 @@ def sft_items(rng, train):
             for i, it in enumerate(train)]
 
 
+def corpus_docs(rng, world, crawl, held_out):
+    """The midtraining corpus: documents `{id, text}`, each a worksheet of PER_DOC worked problems
+    in the plain GSM8K layout ("Question: …\nAnswer: …\n#### n"), drawn from the same generator
+    under their own seed; no question of the eval set, the crawl or another worksheet."""
+    seen, docs = {" ".join(q.lower().split()) for q in held_out}, []
+    while len(docs) < N_CORPUS_DOCS:
+        sheet = []
+        while len(sheet) < PER_DOC:
+            question, solution, _ = mc.problem(rng, world, small=True)
+            key = " ".join(question.lower().split())
+            if key in seen or question in crawl.problems or question in crawl.text:
+                continue
+            seen.add(key)
+            sheet.append(f"Question: {question}\nAnswer: " + "\n".join(solution))
+        docs.append({"id": f"arith-{len(docs):05d}", "text": "\n\n".join(sheet)})
+    return docs
+
+
 # ----------------------------------------------------------------------------- checks
-def verify(cloze, arith, train, sft, crawl):
+def verify(cloze, arith, train, sft, crawl, corpus=()):
     """Fail loudly if an item leaked from the crawl or breaks its schema."""
     bad = []
+    eval_questions = {it["question"] for it in arith}
+    for n, doc in enumerate(corpus, 1):
+        bad += [f"arithmetic-corpus.jsonl:{n}: holds the eval question {q!r}" for q in re.findall(r"Question: (.+)", doc["text"])
+                if q in eval_questions]
     for n, it in enumerate(cloze, 1):
         choices, label = it["choices"], it["label"]
         sentence = it["context"] + choices[label]
@@ -361,10 +387,11 @@ def generate(out_dir, crawl_dir=HERE / "crawl", seed=2025):
     cloze = cloze_items(random.Random(seed), world, crawl)
     arith, train = arithmetic_items(random.Random(seed + 1), world, crawl)
     sft = sft_items(random.Random(seed + 2), train)
-    verify(cloze, arith, train, sft, crawl)
+    corpus = corpus_docs(random.Random(seed + 3), world, crawl, [it["question"] for it in arith])
+    verify(cloze, arith, train, sft, crawl, corpus)
     out_dir.mkdir(parents=True, exist_ok=True)
     counts = {}
-    for name, items in zip(FILES, (cloze, arith, train, sft)):
+    for name, items in zip(FILES, (cloze, arith, train, sft, corpus)):
         write_jsonl(out_dir / name, items)
         counts[name] = len(items)
     return counts
@@ -374,7 +401,7 @@ def main():
     ap = argparse.ArgumentParser(description="Write the demo eval tasks (held-out cloze, arithmetic word problems) made from the example crawl's generator.")
     ap.add_argument("--out", type=Path, default=HERE / "tasks", help="output directory (default: examples/tasks)")
     ap.add_argument("--crawl", type=Path, default=HERE / "crawl", help="the example crawl to hold out from (default: examples/crawl)")
-    ap.add_argument("--seed", type=int, default=2025, help="seed of the cloze sentences; seed + 1 draws the problems, seed + 2 the SFT answers given a check line (default 2025)")
+    ap.add_argument("--seed", type=int, default=2025, help="seed of the cloze sentences; seed + 1 draws the problems, seed + 2 the SFT answers given a check line, seed + 3 the midtraining corpus (default 2025)")
     args = ap.parse_args()
     counts = generate(args.out, args.crawl, args.seed)
     print(f"wrote {', '.join(f'{n} ({c} items)' for n, c in counts.items())} to {args.out}")

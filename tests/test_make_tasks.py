@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "make_tasks.py"
 TASKS = ROOT / "examples" / "tasks"
 CRAWL = ROOT / "examples" / "crawl"
-FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl", "arithmetic-sft.jsonl")
+FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl", "arithmetic-sft.jsonl", "arithmetic-corpus.jsonl")
 
 
 def load_generator():
@@ -77,7 +77,8 @@ def norm_words(text):
 # ----------------------------------------------------------------------------- reproducible
 def test_regenerates_committed_files_byte_for_byte(regenerated):
     out, counts = regenerated
-    assert counts == {"cloze.jsonl": 200, "arithmetic.jsonl": 300, "arithmetic-train.jsonl": 1200, "arithmetic-sft.jsonl": 1200}
+    assert counts == {"cloze.jsonl": 200, "arithmetic.jsonl": 300, "arithmetic-train.jsonl": 1200, "arithmetic-sft.jsonl": 1200,
+                      "arithmetic-corpus.jsonl": 1000}
     for name in FILES:
         assert (TASKS / name).is_file(), f"examples/tasks/{name} is missing: run examples/make_tasks.py"
         assert (out / name).read_bytes() == (TASKS / name).read_bytes(), f"{name} differs: rerun examples/make_tasks.py and commit"
@@ -241,3 +242,15 @@ def test_verify_fails_loudly_on_a_leak(gen, crawl_texts):
     p = planted["problems"][0]
     with pytest.raises(SystemExit, match="planted in the crawl"):
         gen.verify([], [dict(question=p["question"], answer=p["solution"])], [], [], crawl)
+
+
+def test_midtraining_corpus_holds_no_eval_question_and_right_arithmetic(arith):
+    test, _ = arith
+    docs = [json.loads(line) for line in (TASKS / "arithmetic-corpus.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(docs) == 1000 and len({d["id"] for d in docs}) == 1000
+    questions = [q for d in docs for q in re.findall(r"Question: (.+)", d["text"])]
+    assert len(questions) == 4000 == len(set(questions))
+    assert not set(questions) & {it["question"] for it in test}
+    for d in docs:
+        for a, op, b, c in re.findall(r"(\d+) ([-+*/]) (\d+) = (\d+)", d["text"]):
+            assert ARITH[op](int(a), int(b)) == int(c), d["id"]
