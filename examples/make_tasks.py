@@ -16,7 +16,8 @@ Writes five files (see examples/tasks/README.md):
   ("...\\n#### N") from make_crawl's word-problem generator (`problem`) under another seed: the
   eval set and a disjoint set for few-shot examples or RL prompts.
 * `arithmetic-corpus.jsonl`: the demo's midtraining corpus, docs `{"id", "text"}`: 1,000
-  worksheets of 4 worked problems each, in the plain GSM8K layout, under another seed.
+  worksheets of 4 worked problems each (question and solution steps, no `#### n` line), under
+  another seed.
 
 Held out, and checked here (the script fails rather than write a leaky file):
 * the crawl is read back from its WARC files (whose sha256 must match planted.json), plus the
@@ -309,8 +310,10 @@ def sft_items(rng, train):
 
 def corpus_docs(rng, world, crawl, held_out):
     """The midtraining corpus: documents `{id, text}`, each a worksheet of PER_DOC worked problems
-    in the plain GSM8K layout ("Question: …\nAnswer: …\n#### n"), drawn from the same generator
-    under their own seed; no question of the eval set, the crawl or another worksheet."""
+    ("Question: …\nAnswer: " and the solution's steps), drawn from the same generator under their
+    own seed; no question of the eval set, the crawl or another worksheet. The steps state the
+    one-digit facts and how they combine; the `#### n` answer line is left out, so the corpus
+    teaches the arithmetic, not the answer format SFT teaches and RL chooses."""
     seen, docs = {" ".join(q.lower().split()) for q in held_out}, []
     while len(docs) < N_CORPUS_DOCS:
         sheet = []
@@ -320,7 +323,7 @@ def corpus_docs(rng, world, crawl, held_out):
             if key in seen or question in crawl.problems or question in crawl.text:
                 continue
             seen.add(key)
-            sheet.append(f"Question: {question}\nAnswer: " + "\n".join(solution))
+            sheet.append(f"Question: {question}\nAnswer: " + "\n".join(solution[:-1]))  # the steps, not the '#### n' line
         docs.append({"id": f"arith-{len(docs):05d}", "text": "\n\n".join(sheet)})
     return docs
 
