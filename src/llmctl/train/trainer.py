@@ -24,7 +24,7 @@ from collections import deque
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -44,6 +44,7 @@ from llmctl.torchrt import rundir
 from llmctl.torchrt.rundir import RunDir
 from llmctl.train.config import TrainConfig
 from llmctl.train.mfu import peak_flops
+from llmctl.train.mixture import DataSource
 from llmctl.train.pretrain import PretrainData
 
 
@@ -85,6 +86,9 @@ class BatchSource(Protocol):
 
     def validate(self, model, dist: Dist, micro: int, limit: int, autocast) -> dict:
         """Held-out numbers of the whole validation set (summed over ranks)."""
+
+    def step_record(self, step: int) -> dict:
+        """Entries added to metrics.jsonl's record of `step` (just done), e.g. tokens per source."""
 
     def checkpoint_state(self) -> dict:
         """Entries added to each checkpoint's trainer_state.json."""
@@ -250,6 +254,7 @@ class Trainer:
                 }
                 if loss_tokens is not None:  # the loss is per loss token (SFT: assistant tokens); how many
                     rec["loss_tokens"] = int(loss_tokens)
+                rec.update(self.source.step_record(state["step"]))
                 if not finite:
                     rec["skipped"] = True
                 elif len(recent) >= max(10, c.spike_window // 2):
@@ -326,9 +331,15 @@ def fit(source: BatchSource, out: Path, model_cfg: ModelConfig, cfg: TrainConfig
             return trainer.run()
 
 
-def run_train(tokens: Path, out: Path, model_cfg: ModelConfig, cfg: TrainConfig, val: Path | None = None,
-              on_log: Callable[[str], None] | None = None, **kw) -> Manifest:
-    """`llmctl train TOKENS`: pretraining on a tokens artifact, validated on `val` when given."""
+def run_train(tokens: Path | Sequence[DataSource], out: Path, model_cfg: ModelConfig, cfg: TrainConfig,
+              val: Path | None = None, on_log: Callable[[str], None] | None = None, budget_from: str | None = None,
+              **kw) -> Manifest:
+    """`llmctl train TOKENS` (one tokens artifact) or `--data`/`[[data]]` (a mixture of sources,
+    train/mixture.py): pretraining, validated on `val` (and each source's own `val`) when given.
+    `budget_from` names where max_tokens came from when the user did not pick it (a preset), for
+    the epochs warning. The budget may be cut by max_epochs (PretrainData says so)."""
     cfg.check()
-    source = PretrainData(tokens, val, cfg.seq_len, cfg.seed, on_log or (lambda m: None))
-    return fit(source, out, model_cfg, cfg, on_log=on_log, **kw)
+    mixture = not isinstance(tokens, (str, Path))
+    sources = list(tokens) if mixture else [DataSource(Path(tokens).name, Path(tokens))]
+    source = PretrainData(sources, val, cfg, on_log or (lambda m: None), mixture=mixture, budget_from=budget_from)
+    return fit(source, out, model_cfg, source.cfg, on_log=on_log, **kw)
