@@ -233,12 +233,15 @@ class SourceWindows:
         return np.random.default_rng(ss).permutation(self.n_windows)
 
     def window_ids(self, draws: np.ndarray) -> np.ndarray:
-        """Window of each draw index k: window k mod W of epoch k // W's order."""
-        epochs = draws // self.n_windows
+        """Window of each draw index k (ascending): window k mod W of epoch k // W's order."""
         out = np.empty(len(draws), dtype=np.int64)
-        for epoch in np.unique(epochs).tolist():
-            sel = epochs == epoch
-            out[sel] = self._order(epoch)[draws[sel] % self.n_windows]
+        if not len(draws):
+            return out
+        w = self.n_windows
+        first, last = int(draws[0]) // w, int(draws[-1]) // w
+        cuts = np.searchsorted(draws, np.arange(first + 1, last + 1) * w) if last > first else []
+        for epoch, lo, hi in zip(range(first, last + 1), [0, *cuts], [*cuts, len(draws)]):
+            out[lo:hi] = self._order(epoch)[draws[lo:hi] - epoch * w]
         return out
 
     def fill(self, w: int, out: np.ndarray) -> None:
@@ -415,6 +418,8 @@ class MixedBatches:
     def __init__(self, sources: Sequence[SourceWindows], weights: Sequence[float], caps: Sequence[int | None],
                  batch_seqs: int, seed: int):
         self.sources, self.seed, self.k = list(sources), seed, len(sources)
+        if self.k > np.iinfo(np.int16).max:
+            raise UsageError(f"train: {self.k} sources; at most {np.iinfo(np.int16).max}")
         self.seq_len = self.sources[0].seq_len
         num, den = exact_weights(weights)
         self.block = block_size(num, den, batch_seqs)
@@ -422,6 +427,7 @@ class MixedBatches:
         self.chunk_blocks = max(1, CHUNK_SLOTS // self.block)
         self.chunk_slots = self.chunk_blocks * self.block
         self._chunk = lru_cache(maxsize=2)(self._compute_chunk)
+        self._fill = [x.fill for x in self.sources]
 
     @property
     def total_slots(self) -> int | None:
@@ -434,7 +440,7 @@ class MixedBatches:
         if end <= first:
             raise IndexError(f"slot {first} is past the end of the mixture ({self.total_slots} slots)")
         if self.k == 1:  # one source: every slot is its next draw
-            src = np.zeros(end - first, dtype=np.int64)
+            src = np.zeros(end - first, dtype=np.int16)
             k = np.arange(first, end, dtype=np.int64)
             return src, self.sources[0].window_ids(k), np.array([first], dtype=np.int64)
         b0 = c * self.chunk_blocks
@@ -443,21 +449,22 @@ class MixedBatches:
         M = self.block
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, c], spawn_key=(MIX_TAG,)))
         perms = rng.permuted(np.broadcast_to(np.arange(M), (self.chunk_blocks, M)), axis=1)[: b1 - b0]
-        bounds = np.cumsum(counts, axis=1)  # sorted assignment: source i at positions [bounds[i-1], bounds[i])
-        pos = np.arange(M)
-        ordered = (pos[None, :, None] >= bounds[:, None, :-1]).sum(2)
-        src = np.take_along_axis(ordered, perms, axis=1)
-        size = int(counts[-1].sum())
-        if size < M:  # the mixture ends inside its last block: that block's own permutation of its slots
-            tail = ordered[-1][perms[-1][perms[-1] < size]]
-            src = np.concatenate([src[:-1].ravel(), tail])
-        src = src.ravel()
-        k = np.empty(len(src), dtype=np.int64)
+        size = int(counts[-1].sum())  # M, except where the mixture ends inside its last block
+        # each block's sources in order (counts[b, i] slots of source i), then that block's permutation
+        ordered = np.repeat(np.tile(np.arange(self.k, dtype=np.int16), len(counts)), counts.ravel())  # int16: radix argsort
+        full = ordered[: (len(counts) - 1) * M].reshape(-1, M) if size < M else ordered.reshape(-1, M)
+        src = np.take_along_axis(full, perms[: len(full)], axis=1).ravel()
+        if size < M:  # the last block's own permutation, restricted to its slots
+            src = np.concatenate([src, ordered[len(full) * M:][perms[-1][perms[-1] < size]]])
+        # slot order within each source: its draws before the chunk + 0, 1, 2, …
+        by_source = np.argsort(src, kind="stable")
+        n_of = np.bincount(src, minlength=self.k)
         wid = np.empty(len(src), dtype=np.int64)
-        for i in range(self.k):
-            sel = np.flatnonzero(src == i)
-            k[sel] = before[0, i] + np.arange(len(sel))
-            wid[sel] = self.sources[i].window_ids(k[sel])
+        lo = 0
+        for i, n in enumerate(n_of.tolist()):
+            if n:
+                wid[by_source[lo:lo + n]] = self.sources[i].window_ids(before[0, i] + np.arange(n, dtype=np.int64))
+            lo += n
         return src, wid, before[0]
 
     def slots(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -496,9 +503,9 @@ class MixedBatches:
         """(inputs, targets) of `count` sequences starting at global slot `first`."""
         src, wid = self.slots(first, count)
         rows = np.empty((count, self.seq_len + 1), dtype=np.int64)
-        sources = self.sources
+        fill = self._fill
         for j, (s, w) in enumerate(zip(src.tolist(), wid.tolist())):
-            sources[s].fill(w, rows[j])
+            fill[s](w, rows[j])
         rows = torch.from_numpy(rows)
         return rows[:, :-1], rows[:, 1:]
 
