@@ -81,7 +81,9 @@ BOUNDS: dict[str, dict[str, Bound]] = {
         "seed": SEED, "eval_every": NONNEG,  # 0: validate only at the end
         "eval_windows": COUNT, "checkpoint_every": COUNT, "keep_checkpoints": COUNT, "max_bad_steps": COUNT,
         "spike_window": at_least(2), "spike_zscore": POSITIVE, "peak_flops": POSITIVE, "threads": COUNT,
+        "max_epochs": POSITIVE,  # a fraction of an epoch is a cap too
     },
+    "DataSource": {"weight": POSITIVE, "max_epochs": POSITIVE},  # a train mixture's [[data]] / --data source
     "sft": {"val_fraction": SHARE_BELOW_1},  # train --sft's held-out share
     "EvalConfig": {"shots": NONNEG, "seed": SEED, "limit": COUNT, "batch_tokens": COUNT, "samples": COUNT,
                    "temperature": NONNEG,  # 0: greedy

@@ -2,8 +2,10 @@
 
 `tokens-NNNNN.bin` holds the documents' token ids back to back, each followed by the EOS id,
 as little-endian uint16 when the vocabulary fits in 65,536 ids, else uint32. `tokens-NNNNN.idx`
-holds the int64 start offset of each document in its shard. The reader maps every shard and
-serves a document, or a window at any global token offset, without copying the corpus.
+holds the int64 start offset of each document in its shard. `tokens-NNNNN.meta.parquet`, written
+when tokenize was given `--keep-column`, holds those docs columns, one row per document in `.idx`
+order (a mixture upsamples by one: train/mixture.py). The reader maps every shard and serves a
+document, a kept column, or a window at any global token offset, without copying the corpus.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import numpy as np
 from llmctl.artifacts.atomic import sync_dir, temp_name
 from llmctl.artifacts.manifest import file_sha256, read_manifest
 from llmctl.errors import UsageError
+
+META_SUFFIX = ".meta.parquet"  # a shard's kept docs columns: tokens-NNNNN.meta.parquet
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -126,6 +130,9 @@ class TokenDataset:
         self.doc_offset = np.concatenate(([0], np.cumsum(docs)))
         self.n_tokens = int(self.shard_offset[-1])
         self.n_docs = int(self.doc_offset[-1])
+        self.kept_columns: list[str] = list(m.config.get("keep_columns") or [])
+        self._bins = bins
+        self._columns: dict[str, np.ndarray] = {}
         if verify:
             self.verify()
 
@@ -169,6 +176,40 @@ class TokenDataset:
             if name.endswith(".bin"):
                 self._check_sha256(name, file_sha256(self.path / name))
 
+    def doc_starts(self) -> np.ndarray:
+        """Global token offset of every document's first token, in order (n_docs + 1 entries: the
+        last is n_tokens, so document i spans [starts[i], starts[i + 1]) with its EOS)."""
+        parts = [st + off for st, off in zip(self.starts, self.shard_offset[:-1].tolist())]
+        return np.concatenate(parts + [np.array([self.n_tokens], dtype=np.int64)]).astype(np.int64)
+
+    def doc_column(self, name: str) -> np.ndarray:
+        """A docs column kept with the tokens (`tokenize --keep-column NAME`), one value per
+        document in order, as numpy (nulls: NaN in a numeric column, None in others). Each meta
+        file is checked against the manifest's sha256 as it is read."""
+        if name in self._columns:
+            return self._columns[name]
+        import io
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if name not in self.kept_columns:
+            kept = ", ".join(self.kept_columns) or "none"
+            raise UsageError(f"{self.path}: column {name!r} was not kept with the tokens (kept: {kept}); "
+                             f"re-run tokenize with --keep-column {name}")
+        tables = []
+        for b in self._bins:
+            meta = b[: -len(".bin")] + META_SUFFIX
+            self._checked_size(meta)
+            data = (self.path / meta).read_bytes()
+            self._check_sha256(meta, hashlib.sha256(data).hexdigest())
+            tables.append(pq.read_table(io.BytesIO(data), columns=[name]))
+        column = pa.concat_tables(tables, promote_options="permissive").column(name) if tables else pa.chunked_array([], pa.null())
+        if len(column) != self.n_docs:
+            raise UsageError(f"{self.path}: column {name!r} has {len(column):,} rows for {self.n_docs:,} documents; re-run tokenize")
+        self._columns[name] = column.to_numpy()
+        return self._columns[name]
+
     def doc(self, i: int) -> np.ndarray:
         """Tokens of document i, without its trailing EOS."""
         if not 0 <= i < self.n_docs:
@@ -179,11 +220,13 @@ class TokenDataset:
         end = int(self.starts[s][k + 1]) if k + 1 < len(self.starts[s]) else len(self.shards[s])
         return np.asarray(self.shards[s][start : end - 1])
 
-    def window(self, offset: int, length: int) -> np.ndarray:
-        """`length` tokens from global offset `offset` (crossing shard ends as needed)."""
+    def window(self, offset: int, length: int, out: np.ndarray | None = None) -> np.ndarray:
+        """`length` tokens from global offset `offset` (crossing shard ends as needed), as int64,
+        written into `out` when given (a row of a batch: no second copy)."""
         if offset < 0 or offset + length > self.n_tokens:
             raise IndexError(f"window [{offset}, {offset + length}) outside 0..{self.n_tokens}")
-        out = np.empty(length, dtype=np.int64)
+        if out is None:
+            out = np.empty(length, dtype=np.int64)
         got = 0
         s = int(np.searchsorted(self.shard_offset, offset, side="right") - 1)
         while got < length:

@@ -309,8 +309,11 @@ class TrainStatus:
             self.last_printed = s.step
             plain(f"step {s.step}/{s.total_steps}  {self._line(s)}")
         if s.val is not None:
-            bpb = f"  bits/byte {s.val['bits_per_byte']:.4f}" if "bits_per_byte" in s.val else ""
-            message = f"step {s.step}: val loss {s.val['loss']:.4f}{bpb}"
+            parts = [f"val loss {s.val['loss']:.4f}" + (f"  bits/byte {s.val['bits_per_byte']:.4f}" if "bits_per_byte" in s.val else "")] \
+                if "loss" in s.val else []
+            parts += [f"{name} {v['loss']:.4f}" + (f" ({v['bits_per_byte']:.4f} bits/byte)" if "bits_per_byte" in v else "")
+                      for name, v in s.val.get("sources", {}).items()]  # a mixture's sources, each on its own held-out set
+            message = f"step {s.step}: " + "; ".join(parts)
             (self.bar.console.print if self.bar else err.print)(message, markup=False, highlight=False)
 
     def finish(self) -> None:

@@ -28,6 +28,7 @@ def tokenize_run(
     split: Annotated[Optional[str], typer.Option("--split", help="Keep only the train or val side of a seeded by-document split.")] = None,
     val_fraction: Annotated[float, typer.Option("--val-fraction", help="Share of documents in the val side (with --split).")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the split.")] = 0,
+    keep_column: Annotated[Optional[list[str]], typer.Option("--keep-column", help="Record this docs column per document beside the tokens (repeatable; e.g. dup_cluster_size, which a train mixture can upsample by).")] = None,
     *,
     run: RunFlags,
     quiet: Quiet = False,
@@ -38,7 +39,8 @@ def tokenize_run(
     from llmctl.data.tokenize import STAGE, TokenizeConfig, run_tokenize
 
     quiet, as_json = flags(quiet, json_)
-    cfg = build_config(TokenizeConfig, STAGE, None, {"tokenizer": tokenizer, "split": split, "val_fraction": val_fraction, "seed": seed})
+    cfg = build_config(TokenizeConfig, STAGE, None, {"tokenizer": tokenizer, "split": split, "val_fraction": val_fraction, "seed": seed,
+                                                       "keep_columns": keep_column or []})
     m = run_tokenize(inputs, output, cfg, run.options(), ConsoleProgress(quiet))
     render.report(m, output, quiet, as_json, rate_key="docs")
 

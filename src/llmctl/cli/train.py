@@ -27,10 +27,12 @@ def train(
     init_optimizer: Annotated[Optional[bool], typer.Option("--init-optimizer/--no-init-optimizer", help="With --init: also take the checkpoint's AdamW state (moments and step counts), as training on would.")] = None,
     tokenizer: Annotated[Optional[str], typer.Option("--tokenizer", help="With --sft and no --init: tokenizer.json of the fresh model (needs the chat tokens).")] = None,
     val_fraction: Annotated[float, typer.Option("--val-fraction", help="With --sft: share of conversations held out for validation loss (seeded).")] = 0.0,
-    val: Annotated[Optional[str], typer.Option("--val", help="Held-out tokens artifact for validation loss and bits per byte.")] = None,
+    data: Annotated[Optional[list[str]], typer.Option("--data", help="A mixture source NAME=TOKENS:WEIGHT (repeatable; weights are normalized); replaces the config's [[data]] tables. Not with a TOKENS argument.")] = None,
+    val: Annotated[Optional[list[str]], typer.Option("--val", help="Held-out tokens artifact for validation loss and bits per byte; NAME=TOKENS validates mixture source NAME on its own (repeatable).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint (same batches, same losses).")] = False,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Length of the run in tokens; the schedule spans it.")] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Stop after this many steps (schedule unchanged).")] = None,
+    max_epochs: Annotated[Optional[float], typer.Option("--max-epochs", help="Draw at most this many epochs of each source; when every source is capped the run's length (and schedule) shrinks to fit.")] = None,
     lr: Annotated[Optional[float], typer.Option("--lr", help="Peak learning rate.")] = None,
     batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Global batch in tokens (all ranks).")] = None,
     micro_batch: Annotated[Optional[int], typer.Option("--micro-batch", help="Sequences per forward pass; gradient accumulation makes up the rest.")] = None,
@@ -53,12 +55,15 @@ def train(
     """Pretrain the Llama-style decoder on token shards, or fine-tune it on conversations with --sft;
     under torchrun the same command runs DDP."""
     from llmctl.train.config import load_run_config
+    from llmctl.train.mixture import parse_data_flag
     from llmctl.train.trainer import run_train
 
     if not output:
         raise UsageError("train: missing option --output/-o")
-    if (tokens is None) == (sft is None):
-        raise UsageError("train: give a tokens artifact, or --sft CHATS (not both)")
+    if tokens is not None and data:
+        raise UsageError("train: give a TOKENS argument or --data sources, not both")
+    if sft is not None and (tokens is not None or data):
+        raise UsageError("train: give a tokens artifact (or --data), or --sft CHATS (not both)")
     if sft is None and (tokenizer or val_fraction):
         raise UsageError("train: --tokenizer and --val-fraction go with --sft")
     if init and any(x.strip().startswith("model.") for x in set_ or []):
@@ -66,27 +71,96 @@ def train(
     check_flags("sft", val_fraction=val_fraction)
 
     quiet, as_json = flags(quiet, json_)
-    overrides = dict(max_tokens=max_tokens, max_steps=max_steps, lr=lr, batch_tokens=batch_tokens, micro_batch=micro_batch,
+    overrides = dict(max_tokens=max_tokens, max_steps=max_steps, max_epochs=max_epochs, lr=lr, batch_tokens=batch_tokens, micro_batch=micro_batch,
                     seq_len=seq_len, schedule=schedule, dtype=dtype, seed=seed, eval_every=eval_every,
                     checkpoint_every=checkpoint_every, compile=compile_, fsdp=fsdp, peak_flops=peak_flops,
                     device=device, threads=threads, init_optimizer=init_optimizer)
     # train presets hold [model] and [train] tables; load_run_config applies build_config to each
     model_cfg, cfg = load_run_config(config, overrides, set_ or [])
+    plain_val, source_vals = _split_val(val or [])
+    sources = None
+    if sft is None:
+        sources = [parse_data_flag(d) for d in data] if data else _config_sources(config)
+        if sources is None and tokens is None:
+            raise UsageError("train: give a tokens artifact, --data NAME=TOKENS:WEIGHT, [[data]] tables in --config, or --sft CHATS")
+        if tokens is not None:
+            sources = None  # the positional artifact replaces the config's [[data]], as flags replace the file
+        sources = _with_vals(sources, source_vals)
+    elif source_vals:
+        raise UsageError("train: --val NAME=TOKENS is for mixture sources; --sft holds out --val-fraction")
     rank0 = int(os.environ.get("RANK", "0")) == 0  # under torchrun: one status, one summary
     status = render.TrainStatus(quiet or not rank0)
     try:
-        kw = dict(val=Path(val) if val else None, resume=resume, overwrite=overwrite, on_step=status.step, on_log=status.log)
+        kw = dict(val=plain_val, resume=resume, overwrite=overwrite, on_step=status.step, on_log=status.log)
         if sft is not None:
             from llmctl.train.sft import run_sft
 
             m = run_sft(Path(sft), Path(output), model_cfg, cfg, init=Path(init) if init else None,
                         tokenizer=Path(tokenizer) if tokenizer else None, val_fraction=val_fraction, **kw)
         else:
-            m = run_train(Path(tokens), Path(output), model_cfg, cfg, init=Path(init) if init else None, **kw)
+            budget = _budget_from(config, max_tokens, set_ or [])
+            m = run_train(sources if sources is not None else Path(tokens), Path(output), model_cfg, cfg, budget_from=budget,
+                          init=Path(init) if init else None, **kw)
     finally:
         status.finish()
     if rank0:
         render.report(m, output, quiet, as_json, rate_key="tokens")
+
+
+def _split_val(vals: list[str]) -> tuple[Path | None, dict[str, Path]]:
+    """`--val TOKENS` (at most one) and `--val NAME=TOKENS` (one per mixture source)."""
+    import re
+
+    plain, named = [], {}
+    for v in vals:
+        m = re.match(r"^([A-Za-z0-9_-]+)=(.+)$", v)
+        if m:
+            if m.group(1) in named:
+                raise UsageError(f"--val {m.group(1)}=…: given twice")
+            named[m.group(1)] = Path(m.group(2))
+        else:
+            plain.append(Path(v))
+    if len(plain) > 1:
+        raise UsageError("train: one --val TOKENS (validate mixture sources with --val NAME=TOKENS)")
+    return (plain[0] if plain else None), named
+
+
+def _config_sources(config: str | None):
+    """The [[data]] tables of the train config, if it has any."""
+    from llmctl.config import find_config, read_toml
+    from llmctl.train.mixture import sources_from_tables
+
+    if not config:
+        return None
+    path = find_config("train", config)
+    tables = read_toml(path).get("data")
+    return None if tables is None else sources_from_tables(tables, str(path), path.parent)
+
+
+def _with_vals(sources, vals: dict[str, Path]):
+    """Each mixture source's own held-out set from --val NAME=TOKENS."""
+    import dataclasses
+
+    if not vals:
+        return sources
+    names = [s.name for s in sources or []]
+    for name in vals:
+        if name not in names:
+            raise UsageError(f"--val {name}=…: no mixture source named {name!r}" + (f" (sources: {', '.join(names)})" if names else ""))
+    return [dataclasses.replace(s, val=vals[s.name]) if s.name in vals else s for s in sources]
+
+
+def _budget_from(config: str | None, max_tokens: int | None, sets: list[str]) -> str | None:
+    """Where max_tokens came from when the user did not choose it: a preset, or llmctl's default."""
+    from llmctl.config import find_config, read_toml
+
+    if max_tokens is not None or any(x.split("=", 1)[0].strip() == "train.max_tokens" for x in sets):
+        return None
+    if config:
+        path = find_config("train", config)
+        if "max_tokens" in read_toml(path).get("train", {}):
+            return f"the {config} preset" if path.suffix == ".toml" and config == path.stem else f"the config {path}"
+    return "llmctl's default budget"
 
 
 @app.command()

@@ -4,8 +4,11 @@ Encoding keeps what bits per byte needs (spec 001-data-eval §A9: BPB = (tokens/
 loss / ln 2, with the UTF-8 bytes of the unnormalized text; special tokens count 0 bytes): the
 manifest records documents, tokens and bytes. `split` with `val_fraction` sends each document
 to train or val by a seeded hash of its id, so the two splits are disjoint by document and the
-same whatever the sharding. Both read docs on stdin (`-`): training streams it (the text is held
-in memory anyway), encoding spools it to Parquet parts its workers can share.
+same whatever the sharding. `keep_columns` records docs columns per document beside the tokens
+(`tokens-NNNNN.meta.parquet`, one row per document in `.idx` order): what a mixture upsamples by
+(train/mixture.py), e.g. dedup's `dup_cluster_size`. Both read docs on stdin (`-`): training
+streams it (the text is held in memory anyway), encoding spools it to Parquet parts its workers
+can share.
 """
 
 from __future__ import annotations
@@ -15,18 +18,18 @@ import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count, sharded_inputs, source_schemas
+from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, ShardWriter, open_docs_inputs, read_source, resolve_docs_inputs, row_count, sharded_inputs, source_schemas
 from llmctl.artifacts.atomic import atomic_path, prepare_new_out
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, error_place, file_sha256, input_ref, write_manifest
-from llmctl.artifacts.tokens import TokenShardWriter, token_dtype
+from llmctl.artifacts.tokens import META_SUFFIX, TokenShardWriter, token_dtype
 from llmctl.data import tokenizer as bpe
 from llmctl.hashing import h64
 from llmctl.errors import UsageError
@@ -107,8 +110,13 @@ class TokenizeConfig:
     val_fraction: float = 0.0
     seed: int = 0
     batch_docs: int = 1024
+    keep_columns: list[str] = field(default_factory=list)  # docs columns recorded per document
 
     def check(self) -> None:
+        if "text" in self.keep_columns:
+            raise UsageError("--keep-column text: the text is what the tokens hold; keep other columns")
+        if len(set(self.keep_columns)) != len(self.keep_columns):
+            raise UsageError(f"--keep-column: a column given twice ({', '.join(self.keep_columns)})")
         if not self.tokenizer:
             raise UsageError("--tokenizer is required (a tokenizer.json or a `tokenize train` output)")
         if self.split not in (None, "train", "val"):
@@ -133,23 +141,58 @@ class _Encode:
         bin_name, idx_name = f"{task.name}.bin", f"{task.name}.idx"
         n_bytes = skipped = 0
         log = ReadLog()  # damaged spots and text-less rows the reader leaves out: this shard's to report
+        kept: list[pa.Table] = []  # the --keep-column values of the shard's documents, in order
         with TokenShardWriter(out / bin_name, out / idx_name, enc.info.eos_id, token_dtype(enc.info.vocab_size)) as shard:
-            for batch in read_source(DocsSource(**task.payload), columns=[], log=log, skip_empty=True):
+            for batch in read_source(DocsSource(**task.payload), columns=list(cfg.keep_columns), log=log, skip_empty=True):
                 texts = batch.column("text")
+                mask = None
                 if cfg.split:
                     keep = [(cfg.split == "val") == in_val(i, cfg.val_fraction, cfg.seed) for i in batch.column("id").to_pylist()]
                     skipped += keep.count(False)
-                    texts = texts.filter(pa.array(keep, pa.bool_()))
+                    mask = pa.array(keep, pa.bool_())
+                    texts = texts.filter(mask)
+                if cfg.keep_columns:
+                    kept.append(_kept(batch, cfg.keep_columns, mask))
                 n_bytes += pc.sum(pc.binary_length(texts)).as_py() or 0  # UTF-8 bytes, counted in Arrow
                 strings = [t or "" for t in texts.to_pylist()]
                 for start in range(0, len(strings), cfg.batch_docs):
                     shard.add(enc.encode_arrays(strings[start : start + cfg.batch_docs]))
                 report(batch.num_rows)
+            outputs = [{"file": bin_name, "rows": shard.n_tokens}, {"file": idx_name, "rows": shard.n_docs}]
+            if cfg.keep_columns:
+                outputs.append({"file": _write_kept(out / f"{task.name}{META_SUFFIX}", kept, cfg.keep_columns), "rows": shard.n_docs})
         return {
-            "outputs": [{"file": bin_name, "rows": shard.n_tokens}, {"file": idx_name, "rows": shard.n_docs}],
+            "outputs": outputs,
             "counts": {"docs": shard.n_docs, "tokens": shard.n_tokens, "bytes": n_bytes, "other_split": skipped, **log.counts()},
             "errors": log.errors,
         }
+
+
+def _kept(batch: pa.RecordBatch, columns: list[str], mask) -> pa.Table:
+    """The kept columns of a batch's documents (a column this file lacks is nulls)."""
+    names = batch.schema.names
+    table = pa.table({c: batch.column(c) if c in names else pa.nulls(batch.num_rows) for c in columns})
+    return table.filter(mask) if mask is not None else table
+
+
+def _write_kept(path: Path, kept: list[pa.Table], columns: list[str]) -> str:
+    """Write a shard's kept columns atomically, one row per document; returns the file name."""
+    table = pa.concat_tables(kept, promote_options="permissive") if kept else pa.table({c: pa.nulls(0) for c in columns})
+    with ShardWriter(path, table.schema) as w:
+        w.write(table)
+    return path.name
+
+
+def _check_kept_columns(sources: list[DocsSource], columns: list[str]) -> None:
+    """Every readable input must hold each --keep-column (a typo is exit 2, before any work)."""
+    from llmctl.artifacts.docs import source_schemas
+
+    for source, schema in zip(sources, source_schemas(sources)):
+        if schema is None:
+            continue  # a file that does not open: its task logs it as damage
+        missing = [c for c in columns if c not in schema.names]
+        if missing:
+            raise UsageError(f"{source.path}: no column {missing[0]!r} to keep (columns: {', '.join(schema.names)})")
 
 
 def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
@@ -165,6 +208,8 @@ def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOpti
     # one executor scope, opened before OUT is touched; `-` is spooled for the workers
     with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-tokenize-in-") as spool:
         sources, refs = sharded_inputs(inputs, spool)
+        if cfg.keep_columns:
+            _check_kept_columns(sources, cfg.keep_columns)
         key = refs[0]["sha256"] if inputs == [STDIO] else None  # a resumed run reuses shards of this stream only
         tasks = [Task(i, f"tokens-{i:05d}", asdict(s), weight=row_count(s), key=key) for i, s in enumerate(sources)]
         workers = opts.workers or default_workers()

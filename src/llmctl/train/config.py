@@ -20,6 +20,7 @@ class TrainConfig:
     micro_batch: int = 16  # sequences per forward pass on one rank
     max_tokens: int = 2_000_000  # the run's length; schedules are laid out over it
     max_steps: int | None = None  # stop early after this many steps (the schedule is unchanged)
+    max_epochs: float | None = None  # cap on each source's epochs; may cut max_tokens (train/pretrain.py)
     lr: float = 3e-3
     warmup_tokens: int | None = None  # linear warmup length; None: warmup_frac of max_tokens
     warmup_frac: float = 0.1
@@ -89,9 +90,9 @@ def load_run_config(config: str | None, train_flags: dict, sets: list[str] = ())
 
     if config:
         path = find_config("train", config)
-        unknown = sorted(set(read_toml(path)) - {"model", "train"})
+        unknown = sorted(set(read_toml(path)) - {"model", "train", "data"})
         if unknown:
-            raise UsageError(f"{path}: unknown table(s) {', '.join(unknown)} (expected [model] and [train])")
+            raise UsageError(f"{path}: unknown table(s) {', '.join(unknown)} (expected [model], [train] and [[data]])")
     model_sets, train_sets = parse_sets(list(sets))
     model_cfg = build_config(ModelConfig, "train", config, table="model", sets=model_sets)
     return model_cfg, build_config(TrainConfig, "train", config, train_flags, table="train", sets=train_sets)

@@ -244,6 +244,9 @@ class SFTData:
         model.train(was_training)
         return nll, count
 
+    def step_record(self, step: int) -> dict:
+        return {}
+
     def checkpoint_state(self) -> dict:
         """eval, generate and rl read this: the model speaks the chat template."""
         return {"chat": True, "chat_template": self.template.name}

@@ -25,7 +25,7 @@ from collections import deque
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -45,6 +45,7 @@ from llmctl.torchrt import rundir
 from llmctl.torchrt.rundir import RunDir
 from llmctl.train.config import TrainConfig
 from llmctl.train.mfu import peak_flops
+from llmctl.train.mixture import DataSource
 from llmctl.train.pretrain import PretrainData
 
 
@@ -86,6 +87,9 @@ class BatchSource(Protocol):
 
     def validate(self, model, dist: Dist, micro: int, limit: int, autocast) -> dict:
         """Held-out numbers of the whole validation set (summed over ranks)."""
+
+    def step_record(self, step: int) -> dict:
+        """Entries added to metrics.jsonl's record of `step` (just done), e.g. tokens per source."""
 
     def checkpoint_state(self) -> dict:
         """Entries added to each checkpoint's trainer_state.json."""
@@ -260,6 +264,7 @@ class Trainer:
                 }
                 if loss_tokens is not None:  # the loss is per loss token (SFT: assistant tokens); how many
                     rec["loss_tokens"] = int(loss_tokens)
+                rec.update(self.source.step_record(state["step"]))
                 if not finite:
                     rec["skipped"] = True
                 elif len(recent) >= max(10, c.spike_window // 2):
@@ -336,35 +341,42 @@ def fit(source: BatchSource, out: Path, model_cfg: ModelConfig, cfg: TrainConfig
             return trainer.run()
 
 
-def run_train(tokens: Path, out: Path, model_cfg: ModelConfig, cfg: TrainConfig, val: Path | None = None,
-              on_log: Callable[[str], None] | None = None, init: Path | None = None, **kw) -> Manifest:
-    """`llmctl train TOKENS`: pretraining on a tokens artifact, validated on `val` when given; with
-    `init`, continued from a checkpoint (midtraining): its architecture, its weights, and with
+def run_train(tokens: Path | Sequence[DataSource], out: Path, model_cfg: ModelConfig, cfg: TrainConfig,
+              val: Path | None = None, on_log: Callable[[str], None] | None = None, budget_from: str | None = None,
+              init: Path | None = None, **kw) -> Manifest:
+    """`llmctl train TOKENS` (one tokens artifact) or `--data`/`[[data]]` (a mixture of sources,
+    train/mixture.py): pretraining, validated on `val` (and each source's own `val`) when given.
+    `budget_from` names where max_tokens came from when the user did not pick it (a preset), for
+    the epochs warning. The budget may be cut by max_epochs (PretrainData says so). With `init`,
+    continued from a checkpoint (midtraining): its architecture, its weights, and with
     cfg.init_optimizer its AdamW state, under this run's own schedule."""
     cfg.check()
+    mixture = not isinstance(tokens, (str, Path))
+    sources = list(tokens) if mixture else [DataSource(Path(tokens).name, Path(tokens))]
     offset = 0
     if init is not None:
-        init, model_cfg, offset = init_checkpoint(init, tokens, cfg)
+        init, model_cfg, offset = init_checkpoint(init, sources, cfg)
     elif cfg.init_optimizer:
         raise UsageError("--init-optimizer needs --init CKPT")
     log = on_log or (lambda m: None)
     if offset:
-        log(f"--init continues its run's data: {tokens} from step {offset} on, the batches it would have seen next")
-    source = PretrainData(tokens, val, cfg.seq_len, cfg.seed, log, init=init, offset=offset)
-    return fit(source, out, model_cfg, cfg, on_log=on_log, **kw)
+        log(f"--init continues its run's data: {sources[0].path} from step {offset} on, the batches it would have seen next")
+    source = PretrainData(sources, val, cfg, log, mixture=mixture, budget_from=budget_from, init=init, offset=offset)
+    return fit(source, out, model_cfg, source.cfg, on_log=on_log, **kw)
 
 
-def init_checkpoint(init: Path, tokens: Path, cfg: TrainConfig) -> tuple[Path, ModelConfig, int]:
-    """(checkpoint dir, its architecture, data offset in steps) for continuing on `tokens`, which
+def init_checkpoint(init: Path, sources: Sequence[DataSource], cfg: TrainConfig) -> tuple[Path, ModelConfig, int]:
+    """(checkpoint dir, its architecture, data offset in steps) for continuing on `sources`, which
     must be tokenized with the checkpoint's tokenizer (one line naming both when not). When the
-    checkpoint's run trained on these very tokens, with this seed and batch shape, the offset is its
-    step: continued pretraining picks up the data order where the parent stopped, rather than
-    repeating its first batches (and, with --init-optimizer and a matching schedule, equals the
-    parent trained on in one run). On other data (a new mixture) it starts at 0."""
+    checkpoint's run trained on this very tokens artifact alone, with this seed and batch shape,
+    the offset is its step: continued pretraining picks up the data order where the parent
+    stopped, rather than repeating its first batches (and, with --init-optimizer and a matching
+    schedule, equals the parent trained on in one run). On other data (a new mixture) it starts at 0."""
     from llmctl.artifacts.manifest import file_sha256, input_identity, input_ref
 
     path = ckpt_io.resolve_checkpoint(init)
     ck = ckpt_io.load_checkpoint(path)
+    tokens = sources[0].path  # the sources share one tokenizer (PretrainData checks)
     theirs, ours = Path(tokens) / "tokenizer.json", ck.tokenizer_file
     if ours is None or not theirs.is_file() or file_sha256(theirs) != file_sha256(ours):
         raise UsageError(f"--init {path}: its tokenizer is not the one {tokens} was tokenized with "
@@ -374,7 +386,8 @@ def init_checkpoint(init: Path, tokens: Path, cfg: TrainConfig) -> tuple[Path, M
         prev = json.loads(parent.read_text()) if parent.is_file() else {}
     except (OSError, json.JSONDecodeError):
         prev = {}
-    same_data = (prev.get("inputs") or [None])[0] == input_identity(input_ref(tokens))
+    same_data = len(sources) == 1 and (prev.get("inputs") or [None])[0] == input_identity(input_ref(tokens)) \
+        and len(prev.get("data") or []) == 1
     same_order = all((prev.get("train") or {}).get(k) == getattr(cfg, k) for k in ("seed", "seq_len", "batch_tokens"))
     offset = int(ck.trainer_state.get("step", 0)) if same_data and same_order else 0
     return path, ck.config, offset
