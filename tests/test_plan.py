@@ -310,7 +310,7 @@ def test_activations_table_1_8(l8, l70, l405):
     per = r["memory"]["activation_bytes_per_token_layer"]
     assert per["none"] == 167_936 and round(per["none"] / 4096, 1) == 41.0
     got = {m: round(v * 8192 * 32 / GIB, 1) for m, v in per.items()}
-    assert got == {"none": 41.0, "norms": 37.0, "swiglu": 27.0, "selective": 23.0, "full": 2.0}
+    assert got == {"none": 41.0, "norms": 37.0, "swiglu": 27.0, "selective": 23.0, "block": 2.0}
     assert round(r["memory"]["activations"] / 1e9, 1) == 44.0
     for arch, gib in ((l70, 202.5), (l405, 602.4)):
         assert round(plan(arch, tokens=1e9, seq_len=8192)["memory"]["activations"] / GIB, 1) == gib
@@ -331,8 +331,9 @@ def test_real_peak_llama3_8b_zero3(l8):
     assert round(m["peak"] / 1e9, 1) == 68.8 and round(m["step1"] / 1e9, 1) == 58.7
     assert not m["fits"]  # above the 64 GB line
     assert round(plan(l8, recompute="selective", **base)["memory"]["peak"] / 1e9, 1) == 49.4
-    full = plan(l8, recompute="full", **base)["memory"]
+    full = plan(l8, recompute="block", **base)["memory"]
     assert round(full["peak"] / 1e9, 1) == 26.9 and full["fits"]
+    assert plan(l8, recompute="full", **base)["memory"]["peak"] == full["peak"]  # block's old name
 
 
 def test_inference_weights_table_1_10(l405):

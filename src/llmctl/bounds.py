@@ -82,6 +82,8 @@ BOUNDS: dict[str, dict[str, Bound]] = {
         "eval_windows": COUNT, "checkpoint_every": COUNT, "keep_checkpoints": COUNT, "max_bad_steps": COUNT,
         "spike_window": at_least(2), "spike_zscore": POSITIVE, "peak_flops": POSITIVE, "threads": COUNT,
         "max_epochs": POSITIVE,  # a fraction of an epoch is a cap too
+        "max_rewinds": COUNT, "rewind_skip": COUNT,
+        "ema_decay": Bound(0, 1, lo_open=True, hi_open=True),  # 0 would be no average, 1 a frozen one
     },
     "DataSource": {"weight": POSITIVE, "max_epochs": POSITIVE},  # a train mixture's [[data]] / --data source
     "sft": {"val_fraction": SHARE_BELOW_1},  # train --sft's held-out share

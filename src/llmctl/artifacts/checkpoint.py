@@ -1,6 +1,8 @@
 """The checkpoint artifact (docs/design.md §2): `step-000123/` under a run's `checkpoints/`.
 
     model.safetensors    weights (a tied head stored once, as embed.weight)
+    ema.safetensors      with `train --ema-decay`: the exponential moving average of the weights,
+                         fp32, the same tensor names (train/ema.py)
     config.json          the architecture (ModelConfig)
     tokenizer.json       the tokenizer the tokens were made with, when known, and beside it the
                          other tokenizer files of an imported model (TOKENIZER_FILES)
@@ -11,6 +13,11 @@ A checkpoint is written under a temporary name and renamed, and `latest` (a one-
 replaced atomically after it, so a crash never leaves a half checkpoint behind a valid `latest`
 (spec 001-systems-ops §A2). Weights are read only from safetensors and other state only with
 `weights_only=True`: loading a stranger's checkpoint cannot run code.
+
+Which weights a reader takes (`load_checkpoint(weights=...)`, the one place the choice is made):
+`raw` (model.safetensors: what training resumes from), `ema` (ema.safetensors; an error where
+there is none) or `auto`, the EMA where the checkpoint has one and the raw weights otherwise — what
+eval, generate, export, rl and `train --sft --init` use unless `--weights` says otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
 
 LATEST = "latest"
+MODEL_FILE, EMA_FILE = "model.safetensors", "ema.safetensors"
+WEIGHTS = ("auto", "ema", "raw")  # --weights: which weights of a checkpoint inference loads
 # What transformers reads to tokenize, prompt and stop: tokenizer.json first (the one llmctl needs);
 # the others come with an imported model and travel with every checkpoint made from it.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -61,15 +70,19 @@ def save_checkpoint(
     keep_last: int = 0,
     dtype: torch.dtype | None = torch.float32,
     extra_json: dict[str, Any] | None = None,
+    ema_state: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Write `ckpt_root/step-NNNNNN/` atomically, point `latest` at it, prune to `keep_last`.
     `tokenizer_file`'s sibling TOKENIZER_FILES are copied with it; `extra_json` {name: object}
-    adds (or replaces) JSON files in the same atomic step."""
+    adds (or replaces) JSON files in the same atomic step; `ema_state` (the EMA weights, named as
+    the model's) goes to ema.safetensors in fp32."""
     ckpt_root.mkdir(parents=True, exist_ok=True)
     final = ckpt_root / step_dir_name(step)
     with atomic_path(final) as tmp:  # re-saving a step (a signal right after a periodic save) replaces it
         tmp.mkdir()
-        save_file(model_tensors(config, model_state, dtype), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_file(model_tensors(config, model_state, dtype), str(tmp / MODEL_FILE), metadata={"format": "pt"})
+        if ema_state is not None:
+            save_file(model_tensors(config, ema_state, torch.float32), str(tmp / EMA_FILE), metadata={"format": "pt"})
         config.save(tmp / "config.json")
         if optimizer_state is not None:
             try:
@@ -133,6 +146,15 @@ class Checkpoint:
     config: ModelConfig
     tensors: dict[str, torch.Tensor]
     trainer_state: dict[str, Any]
+    weights: str = "raw"  # which file `tensors` came from: raw (model.safetensors) or ema
+
+    @property
+    def has_ema(self) -> bool:
+        return (self.path / EMA_FILE).is_file()
+
+    def ema_tensors(self) -> dict[str, torch.Tensor] | None:
+        """ema.safetensors' tensors (None where the run kept no EMA)."""
+        return _read_tensors(self.path / EMA_FILE) if self.has_ema else None
 
     @property
     def tokenizer_file(self) -> Path | None:
@@ -149,26 +171,45 @@ class Checkpoint:
             raise UsageError(f"{f}: cannot read optimizer state ({type(e).__name__}: {e})") from e
 
 
-def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
+def _read_tensors(f: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(f))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise UsageError(f"{f}: corrupt or unreadable ({e})") from e
+
+
+def weights_file(ckpt: Path, weights: str = "raw") -> tuple[Path, str]:
+    """(the weights file, raw or ema) that `weights` (WEIGHTS) picks in checkpoint dir `ckpt`."""
+    if weights not in WEIGHTS:
+        raise UsageError(f"--weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    if weights == "ema" and not (ckpt / EMA_FILE).is_file():
+        raise UsageError(f"--weights ema: {ckpt} has no {EMA_FILE} (the run was trained without --ema-decay)")
+    if weights != "raw" and (ckpt / EMA_FILE).is_file():
+        return ckpt / EMA_FILE, "ema"
+    return ckpt / MODEL_FILE, "raw"
+
+
+def load_checkpoint(path: str | os.PathLike, weights: str = "raw") -> Checkpoint:
+    """A checkpoint with the tensors of `weights`: raw (what training resumes from, the default),
+    ema, or auto (the EMA where there is one: what inference loads)."""
     ckpt = resolve_checkpoint(path)
     config = ModelConfig.load(ckpt / "config.json")
-    try:
-        tensors = load_file(str(ckpt / "model.safetensors"))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise UsageError(f"{ckpt / 'model.safetensors'}: corrupt or unreadable ({e})") from e
+    f, which = weights_file(ckpt, weights)
+    tensors = _read_tensors(f)
     state_file = ckpt / "trainer_state.json"
     try:
         state = json.loads(state_file.read_text()) if state_file.is_file() else {}
     except json.JSONDecodeError as e:
         raise UsageError(f"{state_file}: invalid JSON ({e})") from e
-    return Checkpoint(ckpt, config, tensors, state)
+    return Checkpoint(ckpt, config, tensors, state, which)
 
 
-def load_model(path: str | os.PathLike, device: str | torch.device = "cpu"):
-    """The Transformer of a checkpoint, weights loaded, in eval mode."""
+def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", weights: str = "auto"):
+    """The Transformer of a checkpoint, weights loaded, in eval mode: by default the EMA weights
+    where the checkpoint has them (`weights`: auto, ema or raw; the Checkpoint says which)."""
     from llmctl.model.transformer import Transformer
 
-    ckpt = load_checkpoint(path)
+    ckpt = load_checkpoint(path, weights)
     model = Transformer(ckpt.config)
     load_weights(model, ckpt.tensors, ckpt.path)
     return model.to(device).eval(), ckpt

@@ -48,6 +48,7 @@ def eval_run(
     pass_k: Annotated[Optional[list[int]], typer.Option("--pass-k", help="Report unbiased pass@k (k ≤ --samples). Repeatable.")] = None,
     batch_tokens: Annotated[int, typer.Option("--batch-tokens", help="Tokens per scoring forward pass.")] = 4096,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    weights: Annotated[str, typer.Option("--weights", help="auto (the EMA weights of a checkpoint trained with --ema-decay, else the raw ones), ema or raw; results.json says which.")] = "auto",
     overwrite: Overwrite = False,
     quiet: Quiet = False,
     json_: Json = False,
@@ -62,7 +63,7 @@ def eval_run(
     # flags actually typed override the config file
     overrides = typed(ctx, shots=shots, seed=seed, limit=limit, norm=norm, pmi=pmi, samples=samples, temperature=temperature,
                       top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens, extract=extract, pass_k=pass_k,
-                      batch_tokens=batch_tokens, device=device)
+                      batch_tokens=batch_tokens, device=device, weights=weights)
     cfg = build_config(EvalConfig, STAGE, preset(STAGE, config), overrides)
     m = run_eval(checkpoint, [parse_task(t) for t in task], Path(output), cfg, ConsoleProgress(quiet), overwrite)
     results = json.loads((Path(output) / "results.json").read_text())
@@ -100,6 +101,7 @@ def generate(
     top_p: Annotated[float, typer.Option("--top-p", help="1 = off.")] = 1.0,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed.")] = 0,
     stop: Annotated[Optional[list[str]], typer.Option("--stop", help="Stop string (repeatable).")] = None,
+    weights: Annotated[str, typer.Option("--weights", help="auto (the EMA weights of a checkpoint trained with --ema-decay, else the raw ones), ema or raw.")] = "auto",
     json_: Json = False,
 ) -> None:
     """Sample continuations of prompts with the KV-cache engine (the one eval and rl use)."""
@@ -107,7 +109,7 @@ def generate(
     from llmctl.model.generate import SamplingParams
 
     check_flags("generate", n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    ev = Evaluator(checkpoint, EvalConfig())  # only loads the model: no eval setting applies
+    ev = Evaluator(checkpoint, EvalConfig(weights=weights))  # only loads the model: no other eval setting applies
     engine = ev.vocab.engine(ev.model, chat=ev.chat is not None)
     if ev.chat is not None:  # SFT/RL checkpoints: each prompt is a user turn
         inputs = [ev.chat.prompt_ids([{"role": "user", "content": p}]) for p in prompt for _ in range(n)]
@@ -117,6 +119,9 @@ def generate(
     gens = engine.generate(inputs, params)
     prompts = [p for p in prompt for _ in range(n)]
     if flags(False, json_)[1]:
-        print_json([{"prompt": p, "completion": g.text, "finish": g.finish, "tokens": len(g.ids)} for p, g in zip(prompts, gens)])
+        print_json([{"prompt": p, "completion": g.text, "finish": g.finish, "tokens": len(g.ids), "weights": ev.ckpt.weights}
+                    for p, g in zip(prompts, gens)])
     else:
+        if ev.ckpt.weights == "ema":
+            render.plain(f"{ev.ckpt.path}: the EMA weights (--weights raw for the others)")
         render.generations(prompts, gens, chat=ev.chat is not None)

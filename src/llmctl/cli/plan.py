@@ -31,7 +31,7 @@ def plan(
     batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Global batch in tokens, for steps and step time (default: preset).")] = None,
     recipe: Annotated[str, typer.Option("--recipe", help="Model-state recipe: bf16-adamw (16 B/param), bf16-adamw-fp32grad (20), fp32-adamw (16), adamw-8bit (10), sgd-momentum (12), adafactor (8), deepseek-v3 (12).")] = "bf16-adamw",
     zero: Annotated[int, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3: shard optimizer states (1), + gradients (2), + weights (3) over the GPUs.")] = 0,
-    recompute: Annotated[str, typer.Option("--recompute", help="Activation recomputation: none, norms, swiglu (fused), selective (both) or full.")] = "none",
+    recompute: Annotated[str, typer.Option("--recompute", help="Activation recomputation, as `train --recompute`: none, selective (matmul outputs kept; norms, SwiGLU and the attention core recomputed) or block (block inputs only); or the guide's finer rows norms / swiglu (fused kernels; not train modes).")] = "none",
     fused_loss: Annotated[bool, typer.Option("--fused-loss", help="Fused cross-entropy: no materialized logits in the memory estimate.")] = False,
     price: Annotated[float, typer.Option("--price", help="Price per GPU-hour in dollars (default 2, illustrative).")] = 2.0,
     mttf: Annotated[Optional[float], typer.Option("--mttf", help="Job mean time to failure in hours (default: from --failure-rate and the node count).")] = None,

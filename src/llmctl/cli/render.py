@@ -314,6 +314,8 @@ class TrainStatus:
             parts += [f"{name} {v['loss']:.4f}" + (f" ({v['bits_per_byte']:.4f} bits/byte)" if "bits_per_byte" in v else "")
                       for name, v in s.val.get("sources", {}).items()]  # a mixture's sources, each on its own held-out set
             message = f"step {s.step}: " + "; ".join(parts)
+            if getattr(s, "val_ema", None):  # --ema-decay: the averaged weights on the same windows
+                message += f"  (EMA weights: loss {s.val_ema['loss']:.4f})"
             (self.bar.console.print if self.bar else err.print)(message, markup=False, highlight=False)
 
     def finish(self) -> None:

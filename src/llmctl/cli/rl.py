@@ -45,6 +45,8 @@ def rl(
     truncated: Annotated[Optional[str], typer.Option("--truncated", help="Samples cut at --max-new-tokens: mask (out of the loss) or zero (reward 0).")] = None,
     verifier: Annotated[Optional[str], typer.Option("--verifier", help="math, exact, regex or python (runs the code in a sandbox: Landlock, seccomp, rlimits, an unprivileged uid when root).")] = None,
     unsafe_sandbox: Annotated[Optional[bool], typer.Option("--unsafe-sandbox", help="--verifier python on a host without Landlock or seccomp (or not Linux): run the code anyway, with what protection there is, instead of refusing.")] = None,
+    recompute: Annotated[Optional[str], typer.Option("--recompute", help="Activation recomputation in the training forwards: none, selective or block (less memory, more time, the same results; see train --recompute).")] = None,
+    weights: Annotated[Optional[str], typer.Option("--weights", help="The starting checkpoint's auto (its EMA weights where it has them), ema or raw weights.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Prompt order and sampling seed.")] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint.")] = False,
@@ -62,7 +64,8 @@ def rl(
                      warmup_steps=warmup_steps, schedule=schedule, temperature=temperature, top_p=top_p, format_reward=format_reward,
                      adv_estimator=adv_estimator, adv_std=adv_std, clip_low=clip_low, clip_high=clip_high,
                      ratio_level=ratio_level, headroom_limit=headroom_limit, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
-                     epochs=epochs, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, unsafe_sandbox=unsafe_sandbox, seed=seed, device=device)
+                     epochs=epochs, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, unsafe_sandbox=unsafe_sandbox, seed=seed, device=device,
+                     recompute=recompute, weights=weights)
     cfg = build_config(RLConfig, "rl", config, overrides)
     m = run_rl(checkpoint, prompts, Path(output), cfg, eval_file=eval_prompts, resume=resume, overwrite=overwrite,
                on_step=lambda rec: None if quiet else render.rl_step(rec, cfg.steps),

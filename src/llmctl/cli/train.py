@@ -47,6 +47,10 @@ def train(
     peak_flops: Annotated[Optional[float], typer.Option("--peak-flops", help="Dense peak FLOP/s of one device for MFU (default: GPU table, or a matmul benchmark on CPU).")] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda.")] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="Torch CPU threads.")] = None,
+    recompute: Annotated[Optional[str], typer.Option("--recompute", help="Activation recomputation in the backward pass: none, selective (keep each block's matmul outputs, recompute norms, SwiGLU and the attention core) or block (keep only block inputs). Less memory, more time, the same results; `llmctl plan --recompute` predicts the memory.")] = None,
+    ema_decay: Annotated[Optional[float], typer.Option("--ema-decay", help="Keep an exponential moving average of the weights with this decay, in (0, 1) (e.g. 0.999): validated beside them, saved as ema.safetensors; eval, generate, export and rl load it by default.")] = None,
+    on_spike: Annotated[Optional[str], typer.Option("--on-spike", help="What a loss spike does: flag (log it), skip-batch (its update is not applied) or rewind (back to the last checkpoint, skipping the spiking data step).")] = None,
+    weights: Annotated[str, typer.Option("--weights", help="With --sft --init: the checkpoint's auto (its EMA weights where it has them), ema or raw weights.")] = "auto",
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any preset key: model.n_layers=8, train.z_loss=1e-4 (repeatable).")] = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
@@ -66,6 +70,8 @@ def train(
         raise UsageError("train: give a tokens artifact (or --data), or --sft CHATS (not both)")
     if sft is None and (tokenizer or val_fraction):
         raise UsageError("train: --tokenizer and --val-fraction go with --sft")
+    if weights != "auto" and not init:
+        raise UsageError("train: --weights picks the weights of --init")
     if init and any(x.strip().startswith("model.") for x in set_ or []):
         raise UsageError("train: --init fixes the architecture; --set model.* cannot change it")
     check_flags("sft", val_fraction=val_fraction)
@@ -74,7 +80,8 @@ def train(
     overrides = dict(max_tokens=max_tokens, max_steps=max_steps, max_epochs=max_epochs, lr=lr, batch_tokens=batch_tokens, micro_batch=micro_batch,
                     seq_len=seq_len, schedule=schedule, dtype=dtype, seed=seed, eval_every=eval_every,
                     checkpoint_every=checkpoint_every, compile=compile_, fsdp=fsdp, peak_flops=peak_flops,
-                    device=device, threads=threads, init_optimizer=init_optimizer)
+                    device=device, threads=threads, init_optimizer=init_optimizer, recompute=recompute, ema_decay=ema_decay,
+                    on_spike=on_spike)
     # train presets hold [model] and [train] tables; load_run_config applies build_config to each
     model_cfg, cfg = load_run_config(config, overrides, set_ or [])
     plain_val, source_vals = _split_val(val or [])
@@ -96,7 +103,7 @@ def train(
             from llmctl.train.sft import run_sft
 
             m = run_sft(Path(sft), Path(output), model_cfg, cfg, init=Path(init) if init else None,
-                        tokenizer=Path(tokenizer) if tokenizer else None, val_fraction=val_fraction, **kw)
+                        tokenizer=Path(tokenizer) if tokenizer else None, val_fraction=val_fraction, weights=weights, **kw)
         else:
             budget = _budget_from(config, max_tokens, set_ or [])
             m = run_train(sources if sources is not None else Path(tokens), Path(output), model_cfg, cfg, budget_from=budget,
@@ -167,17 +174,21 @@ def _budget_from(config: str | None, max_tokens: int | None, sets: list[str]) ->
 def export(
     checkpoint: Annotated[str, typer.Argument(help="A checkpoint: step dir, checkpoints/ dir or run dir (its latest).")],
     output: Annotated[str, typer.Option("--output", "-o", help="Directory for the Hugging Face model.")],
+    weights: Annotated[str, typer.Option("--weights", help="auto (the EMA weights of a checkpoint trained with --ema-decay, else the raw ones), ema or raw.")] = "auto",
     overwrite: Overwrite = False,
     quiet: Quiet = False,
 ) -> None:
     """Write a Hugging Face model directory that transformers and vLLM load as it is: config.json (Llama, Qwen2 or
     Qwen3 class, whichever computes the same), model.safetensors, tokenizer files with the chat template, and
     generation_config.json with the EOS ids (a chat model's turn end first)."""
+    from llmctl.artifacts.checkpoint import resolve_checkpoint, weights_file
     from llmctl.model.hf_export import export_hf
 
-    out = export_hf(checkpoint, Path(output), overwrite=overwrite)
+    _, which = weights_file(resolve_checkpoint(checkpoint), weights)
+    out = export_hf(checkpoint, Path(output), overwrite=overwrite, weights=weights)
     if not flags(quiet, False)[0]:
-        render.plain(f"exported to {out} (load with transformers.AutoModelForCausalLM.from_pretrained)")
+        render.plain(f"exported the {'EMA' if which == 'ema' else 'raw'} weights to {out} "
+                     "(load with transformers.AutoModelForCausalLM.from_pretrained)")
 
 
 @app.command("import")

@@ -26,7 +26,7 @@ import torch
 
 from llmctl import __version__
 from llmctl.artifacts.atomic import atomic_path
-from llmctl.artifacts.checkpoint import load_model
+from llmctl.artifacts.checkpoint import WEIGHTS, load_model
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.artifacts.tokens import TokenDataset
 from llmctl.errors import UsageError
@@ -64,8 +64,11 @@ class EvalConfig:
     pass_k: list[int] = field(default_factory=lambda: [1])
     batch_size: int = 16  # sequences per generation batch
     device: str = "auto"
+    weights: str = "auto"  # the checkpoint's EMA weights where it has them (auto), ema or raw
 
     def check(self) -> None:
+        if self.weights not in WEIGHTS:
+            raise UsageError(f"--weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
         if self.norm not in NORMS:
             raise UsageError(f"--norm must be one of {', '.join(NORMS)}")
         if self.extract not in (None, "after_hash", "last_number", "boxed"):
@@ -80,7 +83,7 @@ class Evaluator:
     def __init__(self, checkpoint: str, cfg: EvalConfig, progress: Progress | None = None):
         cfg.check()
         self.cfg, self.progress = cfg, progress or Progress()
-        self.model, self.ckpt = load_model(checkpoint, pick_device(cfg.device))
+        self.model, self.ckpt = load_model(checkpoint, pick_device(cfg.device), cfg.weights)
         keep_freed_memory(self.device)  # on CPU each scoring batch reuses the last one's memory instead of faulting in fresh pages
         if self.ckpt.tokenizer_file is None:
             raise UsageError(f"{self.ckpt.path} has no tokenizer.json: cannot turn task text into tokens")
@@ -229,7 +232,9 @@ def _run_eval(checkpoint: str, tasks: list[TaskSpec], out: Path, cfg: EvalConfig
             raise UsageError(f"task {spec.name} given twice")
         results[spec.name], rows = ev.run_task(spec)
         samples += rows
-    doc = {"checkpoint": str(ev.ckpt.path), "step": ev.ckpt.trainer_state.get("step"), "llmctl_version": __version__,
+    doc = {"checkpoint": str(ev.ckpt.path), "step": ev.ckpt.trainer_state.get("step"),
+           "weights": ev.ckpt.weights,  # raw (model.safetensors) or ema (ema.safetensors)
+           "llmctl_version": __version__,
            "config": asdict(cfg), "tasks": results}
     run_dir.write_json("results.json", doc, default=float)
     with atomic_path(out / "samples.parquet") as tmp:

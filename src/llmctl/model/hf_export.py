@@ -48,15 +48,16 @@ def tokenizer_config(vocab: Vocab, chat: bool, max_len: int) -> dict:
     return cfg
 
 
-def export_hf(checkpoint: str | Path, out: Path, overwrite: bool = False) -> Path:
+def export_hf(checkpoint: str | Path, out: Path, overwrite: bool = False, weights: str = "auto") -> Path:
     """Write `out` whole or not at all (built under a temporary name, then renamed; locked beside
-    it, since a directory holding a lock file could not be renamed onto)."""
+    it, since a directory holding a lock file could not be renamed onto). `weights`: the
+    checkpoint's EMA weights where it has them (auto), or ema / raw (artifacts/checkpoint.py)."""
     with output_lock(out, beside=True):
-        return _export_hf(checkpoint, Path(out), overwrite)
+        return _export_hf(checkpoint, Path(out), overwrite, weights)
 
 
-def _export_hf(checkpoint: str | Path, out: Path, overwrite: bool) -> Path:
-    ckpt = load_checkpoint(checkpoint)
+def _export_hf(checkpoint: str | Path, out: Path, overwrite: bool, weights: str) -> Path:
+    ckpt = load_checkpoint(checkpoint, weights)
     cfg = ckpt.config
     prepare_new_out(out, overwrite)
     chat = bool(ckpt.trainer_state.get("chat"))

@@ -24,6 +24,7 @@ from torch import nn
 
 from llmctl.model.config import ModelConfig
 from llmctl.model.linear_ce import linear_cross_entropy
+from llmctl.model.recompute import check_mode, run_block, selective_policy
 
 
 class RMSNorm(nn.Module):
@@ -198,7 +199,15 @@ class Transformer(nn.Module):
         cos, sin = rope_tables(cfg, cfg.max_seq_len)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        self.recompute = "none"  # activation recomputation in training forwards (set_recompute)
+        self._policy = selective_policy(cfg.d_ff, cfg.d_model)
         self.reset_parameters()
+
+    def set_recompute(self, mode: str) -> Transformer:
+        """Recompute activations in the backward pass: none, selective or block (model/recompute.py).
+        A training choice, not part of the architecture: it changes memory and time, not results."""
+        self.recompute = check_mode(mode)
+        return self
 
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
@@ -233,8 +242,12 @@ class Transformer(nn.Module):
         """Final-norm hidden states (B, T, d) for token ids (B, T)."""
         cos, sin = self.rope(positions, start, tokens.shape[1])
         x = self.embed(tokens)
+        recompute = self.recompute != "none" and caches is None and torch.is_grad_enabled()
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, None if caches is None else caches[i], mask)
+            if recompute:
+                x = run_block(layer, self.recompute, x, cos, sin, mask, self._policy)
+            else:
+                x = layer(x, cos, sin, None if caches is None else caches[i], mask)
         return self.norm(x)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, *, z_loss: float = 0.0,

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from llmctl.errors import UsageError
+from llmctl.model.recompute import RECOMPUTE_MODES as TRAIN_RECOMPUTE_MODES
 
 GB = 1e9
 GIB = 2**30
@@ -161,18 +162,34 @@ def model_state_bytes(n_params: float, recipe: Recipe, zero: int, p_dp: int) -> 
     }
 
 
-RECOMPUTE_MODES = ("none", "norms", "swiglu", "selective", "full")
+# One vocabulary with `train --recompute` (model/recompute.py): none, selective and block name the same
+# choices there and predict what train keeps; norms and swiglu are two finer rows of the guide's
+# Table 1.8 (a framework with a fused RMSNorm or SwiGLU kernel) that train does not offer. "full"
+# is block's old name here.
+RECOMPUTE_MODES = ("none", "norms", "swiglu", "selective", "block")
+RECOMPUTE_ALIASES = {"full": "block"}
+assert set(TRAIN_RECOMPUTE_MODES) <= set(RECOMPUTE_MODES)
+
+
+def recompute_mode(mode: str) -> str:
+    """`mode` in plan's vocabulary (an alias resolved), or a usage error naming the choices."""
+    mode = RECOMPUTE_ALIASES.get(mode, mode)
+    if mode not in RECOMPUTE_MODES:
+        raise UsageError(f"--recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {mode!r}")
+    return mode
 
 
 def activation_elements_per_token_layer(d: int, q_width: int, kv_width: int, d_ff: float,
                                         recompute: str = "none") -> float:
-    """Elements a Llama block keeps for backward per token (compute §B11, L526): BF16, FlashAttention,
+    """Elements a Llama block keeps for backward per token (compute §B11, L526): FlashAttention,
     unfused SwiGLU, no dropout: 4d + 2·h·d_h + 2·h_kv·d_h + 4·d_ff (q_width = h·d_h counts Q and
-    the attention output, kv_width = h_kv·d_h counts K and V). Recomputing both RMSNorms saves 2d,
-    a fused SwiGLU 2·d_ff ("selective" = both); full recomputation keeps only the block input, d."""
-    if recompute not in RECOMPUTE_MODES:
-        raise UsageError(f"--recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {recompute!r}")
-    if recompute == "full":
+    the attention output, kv_width = h_kv·d_h counts K and V). Recomputing both RMSNorms saves 2d
+    (norms), a fused SwiGLU 2·d_ff (swiglu); selective is both — 2d + 2·h·d_h + 2·h_kv·d_h + 2·d_ff,
+    what `train --recompute selective` keeps: the block input and the output projection's output
+    (from which both norms' inputs follow), Q/K/V, the attention output and gate/up (Table 1.8
+    "both"); block recomputation keeps only the block input, d."""
+    recompute = recompute_mode(recompute)
+    if recompute == "block":
         return float(d)
     a = 4 * d + 2 * q_width + 2 * kv_width + 4 * d_ff
     if recompute in ("norms", "selective"):
@@ -182,15 +199,23 @@ def activation_elements_per_token_layer(d: int, q_width: int, kv_width: int, d_f
     return a
 
 
+def activation_bytes_per_element(recipe: Recipe) -> int:
+    """Activations are kept in the compute dtype: 4 bytes for an FP32 recipe (fp32-adamw), else BF16's
+    2 (compute §B11's formulas are BF16)."""
+    return 4 if recipe.weights == 4 else 2
+
+
 def gpt_activation_bytes_per_token_layer(d: int, n_heads: int, seq_len: int, flash: bool = True) -> float:
     """GPT layer (Korthikanti; 16-bit, MHA, 4d GeLU, dropout): A_layer = s·b·d·(34 + 5·h·s/d)
     bytes, per token 34d + 5·h·s; FlashAttention removes the s² part (compute §B11, L518)."""
     return 34 * d + (0 if flash else 5 * n_heads * seq_len)
 
 
-def no_flash_extra_bytes_per_layer(n_heads: int, seq_len: int, micro_batch: int) -> float:
-    """Without FlashAttention add 2·h·s²·b bytes per layer (the scores; compute §B11)."""
-    return 2 * n_heads * seq_len**2 * micro_batch
+def no_flash_extra_bytes_per_layer(n_heads: int, seq_len: int, micro_batch: int, bytes_per_element: int = 2) -> float:
+    """Without FlashAttention add 2·h·s²·b bytes per layer (the attention probabilities, BF16;
+    compute §B11), e·h·s²·b for e-byte activations. Selective and block recomputation recompute the
+    attention core, so they keep none of it."""
+    return bytes_per_element * n_heads * seq_len**2 * micro_batch
 
 
 def logits_bytes(seq_len: int, micro_batch: int, vocab: int) -> float:

@@ -82,8 +82,7 @@ def plan(
         raise UsageError(f"--gpus and --gpus-per-node must be at least 1, got {gpus}, {gpus_per_node}")
     hw = gpu if isinstance(gpu, Hardware) else lookup(gpu, load_table(hardware_file))
     rec = ar.get_recipe(recipe)
-    if recompute not in ar.RECOMPUTE_MODES:
-        raise UsageError(f"--recompute must be one of {', '.join(ar.RECOMPUTE_MODES)}, got {recompute!r}")
+    recompute = ar.recompute_mode(recompute)
     cst = ar.get_constants(constants)
     s = int(seq_len or train.get("seq_len") or arch.max_seq_len)
     b = int(micro_batch or train.get("micro_batch") or 1)
@@ -188,14 +187,16 @@ def plan(
     # -- memory per GPU (compute §B9-B13), data parallel over all GPUs -------------------------
     states = ar.model_state_bytes(N, rec, zero, gpus)
     zero_table = {str(z): sum(ar.model_state_bytes(N, rec, z, gpus).values()) for z in range(4)}
+    e = ar.activation_bytes_per_element(rec)
     if arch.family == "gpt2":
-        act_modes = {"none": ar.gpt_activation_bytes_per_token_layer(d, arch.n_heads, s), "full": 2.0 * d}
+        act_modes = {"none": e / 2 * ar.gpt_activation_bytes_per_token_layer(d, arch.n_heads, s), "block": e * d}
         if recompute not in act_modes:
-            raise UsageError(f"--recompute {recompute} does not apply to GPT-2 blocks (none or full)")
+            raise UsageError(f"--recompute {recompute} does not apply to GPT-2 blocks (none or block)")
     else:
-        act_modes = {m: 2 * ar.activation_elements_per_token_layer(d, arch.attn_dim, arch.kv_attn_width, arch.d_ff, m)
+        act_modes = {m: e * ar.activation_elements_per_token_layer(d, arch.attn_dim, arch.kv_attn_width, arch.d_ff, m)
                      for m in ar.RECOMPUTE_MODES}
     act = act_modes[recompute] * s * b * L
+    core_recomputed = recompute in ("selective", "block")
     logits = 0.0 if fused_loss else ar.logits_bytes(s, b, arch.vocab)
     biggest_block = max(bl.params for bl in arch.blocks)
     window = ar.ZERO3_WINDOW_LAYERS * biggest_block * 2 if zero == 3 else 0.0
@@ -204,11 +205,13 @@ def plan(
     memory = {
         "recipe": rec.name, "recipe_note": rec.note, "bytes_per_param": rec.bytes_per_param,
         "zero": zero, "data_parallel": gpus, "micro_batch": b, "seq_len": s, "recompute": recompute,
+        "activation_bytes_per_element": e,
         "fused_loss": fused_loss, **states, "states": sum(states.values()), "states_by_zero_stage": zero_table,
         "activation_bytes_per_token_layer": act_modes, "activations": act, "logits": logits,
         "zero3_gathered_layers": window, "cuda_context": ar.CUDA_CONTEXT_BYTES, "peak": peak,
         "step1": peak - moments - states["grads"],
-        "no_flash_attention_extra": ar.no_flash_extra_bytes_per_layer(arch.n_heads, s, b) * L,
+        # the T×T probabilities an explicit (non-flash) attention keeps, unless the core is recomputed
+        "no_flash_attention_extra": 0.0 if core_recomputed else ar.no_flash_extra_bytes_per_layer(arch.n_heads, s, b, e) * L,
         "hbm": hw.memory_bytes, "hbm_fraction": peak / hw.memory_bytes,
         "fits": peak <= ar.HBM_SAFE_FRACTION * hw.memory_bytes,
     }
@@ -376,7 +379,8 @@ def render(r: dict[str, Any]) -> list:
         ("peak per GPU (step 2)", f"{_gb(mem['peak'])} = {mem['hbm_fraction']:.0%} of {_gb(mem['hbm'])} -> "
          + ("fits under 80%" if mem["fits"] else "does NOT fit under 80%")),
         ("  step 1 (no moments, no grads yet)", _gb(mem["step1"])),
-        ("  without FlashAttention add", _gb(mem["no_flash_attention_extra"])),
+        ("  without FlashAttention add", _gb(mem["no_flash_attention_extra"]) if mem["no_flash_attention_extra"]
+         else "nothing (the attention core is recomputed)"),
     ]
     tables.append(table("memory per GPU", rows))
 

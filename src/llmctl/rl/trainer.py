@@ -49,6 +49,7 @@ from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.errors import UsageError
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.model.generate import SamplingParams
+from llmctl.model.recompute import check_mode
 from llmctl.model.vocab import Vocab
 from llmctl.rl.grpo import (ADV_ESTIMATORS, ADV_STD, KL, LOSS_AGG, RATIO_LEVELS, advantages, aggregate, clipped_surrogate,
                             kl_estimate, rloo_advantages)
@@ -109,6 +110,8 @@ class RLConfig:
     # (Landlock, seccomp, Linux); without it such a host refuses the run at start-up
     unsafe_sandbox: bool = False
     micro_batch: int = 16  # sequences per training forward pass
+    recompute: str = "none"  # activation recomputation in the training forwards: none | selective | block
+    weights: str = "auto"  # which weights of the starting checkpoint: auto (its EMA where it has one) | ema | raw
     gen_batch: int = 64  # sequences per generation batch
     eval_every: int = 10
     eval_limit: int = 100
@@ -131,6 +134,9 @@ class RLConfig:
             raise UsageError("rl: --kl needs --kl-coef > 0")
         if self.headroom_limit < 0:
             raise UsageError(f"rl: headroom_limit must be >= 0 (0 turns the headroom off), got {self.headroom_limit}")
+        check_mode(self.recompute, "rl: recompute")
+        if self.weights not in ckpt_io.WEIGHTS:
+            raise UsageError(f"rl: weights must be one of {', '.join(ckpt_io.WEIGHTS)}, got {self.weights!r}")
 
 
 def group_scores(right: list[bool], answers: list[str | None] | None) -> tuple[float, float, float | None]:
@@ -173,8 +179,14 @@ class RLTrainer:
         self.run_dir.prepare(resume, overwrite)
         source = self.run_dir.checkpoints if resume else init
         self.device = d.device
-        self.model, ck = ckpt_io.load_model(source, self.device)
+        # a fresh run starts from the init checkpoint's EMA weights where it has them (cfg.weights); a
+        # resumed one from its own last weights
+        self.model, ck = ckpt_io.load_model(source, self.device, "raw" if resume else cfg.weights)
+        self.model.set_recompute(cfg.recompute)
         self.init_ckpt = ckpt_io.resolve_checkpoint(init)
+        self.init_weights = ck.weights if not resume else self._saved_init_weights()
+        if not resume and ck.weights == "ema":
+            self.on_log(f"starting from the EMA weights of {ck.path} (--weights raw for the others)")
         if ck.tokenizer_file is None:
             raise UsageError(f"{ck.path} has no tokenizer.json")
         self.tokenizer_file = ck.tokenizer_file
@@ -193,6 +205,13 @@ class RLTrainer:
         keep_freed_memory(self.device)
         if resume and (opt_state := ck.optimizer_state()) is not None:
             self.opt.load_state_dict(opt_state)
+
+    def _saved_init_weights(self) -> str | None:
+        """Which weights of the init checkpoint the run being resumed started from (its config.json)."""
+        import json
+
+        saved = self.out / "config.json"
+        return json.loads(saved.read_text()).get("init_weights") if saved.is_file() else None
 
     # -- prompts -----------------------------------------------------------------------------
 
@@ -403,7 +422,8 @@ class RLTrainer:
         c, d = self.cfg, self.dist
         started = time.perf_counter()
         self.run_dir.write_json("config.json", {
-            "rl": asdict(c), "init": str(self.init_ckpt), "prompts": self.prompts_file, "eval": self.eval_file,
+            "rl": asdict(c), "init": str(self.init_ckpt), "init_weights": self.init_weights,
+            "prompts": self.prompts_file, "eval": self.eval_file,
             "chat": self.chat, "world_size": d.world, "llmctl_version": __version__})
         if d.is_main:
             (self.out / "rollouts").mkdir(exist_ok=True)

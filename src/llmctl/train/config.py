@@ -7,10 +7,12 @@ from dataclasses import dataclass
 
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
+from llmctl.model.recompute import check_mode
 from llmctl.torchrt.device import DTYPES
 
 
 SCHEDULES = ("wsd", "cosine", "linear", "decay")
+ON_SPIKE = ("flag", "skip-batch", "rewind")
 
 
 @dataclass
@@ -43,6 +45,11 @@ class TrainConfig:
     max_bad_steps: int = 5  # non-finite steps in a row before the run aborts
     spike_window: int = 50  # loss spike: z-score against the last spike_window finite losses
     spike_zscore: float = 6.0
+    on_spike: str = "flag"  # flag | skip-batch | rewind: what a flagged spike does (train/trainer.py)
+    max_rewinds: int = 3  # rewind: rewinds in a row without getting past the spike before the run stops
+    rewind_skip: int = 1  # rewind: data steps skipped, ending at the one that spiked
+    ema_decay: float | None = None  # D of the weights' moving average (train/ema.py); None: off
+    recompute: str = "none"  # activation recomputation: none | selective | block (model/recompute.py)
     compile: bool = False
     fsdp: bool = False
     peak_flops: float | None = None  # FLOP/s of one device for MFU (default: table or measured)
@@ -57,6 +64,11 @@ class TrainConfig:
             raise UsageError(f"train: schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.cooldown not in ("linear", "sqrt"):
             raise UsageError(f"train: cooldown must be linear or sqrt, got {self.cooldown!r}")
+        if self.on_spike not in ON_SPIKE:
+            raise UsageError(f"train: on_spike must be one of {', '.join(ON_SPIKE)}, got {self.on_spike!r}")
+        if self.ema_decay is not None and not 0 < self.ema_decay < 1:
+            raise UsageError(f"train: ema_decay must lie in (0, 1), got {self.ema_decay}")
+        check_mode(self.recompute, "train: recompute")
         for name in ("seq_len", "batch_tokens", "micro_batch", "max_tokens"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"train: {name} must be positive")

@@ -73,12 +73,15 @@ def _plot_run(run: Path, out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(6, 3.5))
         train = [(r["tokens"], r[key]) for r in steps if r.get(key) is not None]
         val = [(r["tokens"], r["val"][key]) for r in vals if r["val"].get(key) is not None]
+        ema = [(r["tokens"], r["val_ema"][key]) for r in vals if r.get("val_ema", {}).get(key) is not None]
         if train:
             ax.plot(*zip(*train), label="train", lw=1)
         if val:
             ax.plot(*zip(*val), "o-", label="validation", ms=3)
+        if ema:  # --ema-decay: the moving average of the weights, validated on the same windows
+            ax.plot(*zip(*ema), "s--", label="validation, EMA weights", ms=3)
         if train or val:
-            written.append(_save(fig, ax, out / name, title, "tokens", ylabel, log, legend=bool(train and val)))
+            written.append(_save(fig, ax, out / name, title, "tokens", ylabel, log, legend=bool(train and val) or bool(ema)))
         plt.close(fig)
     return written
 

@@ -48,6 +48,7 @@ class SFTOptions:
     tokenizer: Path  # tokenizer.json (the --init checkpoint's, or --tokenizer)
     init: Path | None = None  # a checkpoint directory whose weights start the run
     val_fraction: float = 0.0
+    weights: str = "auto"  # which weights of `init`: auto (its EMA where it has one), ema or raw
 
 
 @dataclass
@@ -169,6 +170,7 @@ class SFTData:
             raise UsageError(f"--val-fraction must lie in [0, 1), got {opts.val_fraction}")
         self.opts, self.seed = opts, seed
         self.init, self.tokenizer_file = opts.init, opts.tokenizer
+        self.init_weights = opts.weights
         self.loader: PackedChats | None = None
         vocab = Vocab(opts.tokenizer)
         self.template = vocab.require_chat()
@@ -199,6 +201,7 @@ class SFTData:
         """What config.json records about the data."""
         o = self.opts
         return {"sft": str(o.chats), "tokenizer": str(o.tokenizer), "init": str(o.init) if o.init else None,
+                **({"init_weights": o.weights} if o.init else {}),
                 "val_fraction": o.val_fraction, "chat_template": self.template.name}
 
     def start(self, padded_vocab: int) -> None:
@@ -270,18 +273,20 @@ class SFTData:
         return refs
 
 
-def resolve_sft(chats: Path, model_cfg, init: Path | None, tokenizer: Path | None, val_fraction: float):
+def resolve_sft(chats: Path, model_cfg, init: Path | None, tokenizer: Path | None, val_fraction: float,
+                weights: str = "auto"):
     """(model config, SFTOptions): with --init the checkpoint's architecture and tokenizer."""
-    from llmctl.artifacts.checkpoint import load_checkpoint, resolve_checkpoint
+    from llmctl.artifacts.checkpoint import load_checkpoint, resolve_checkpoint, weights_file
 
     if init is not None:
         path = resolve_checkpoint(init)
+        weights_file(path, weights)  # --weights ema on a checkpoint without an EMA: say so before any work
         ck = load_checkpoint(path)
         if ck.tokenizer_file is None:
             raise UsageError(f"--init {path}: the checkpoint has no tokenizer.json")
         if tokenizer is not None:
             raise UsageError("--tokenizer and --init exclude each other: the --init checkpoint's tokenizer is used")
-        return ck.config, SFTOptions(Path(chats), ck.tokenizer_file, path, val_fraction)
+        return ck.config, SFTOptions(Path(chats), ck.tokenizer_file, path, val_fraction, weights)
     if tokenizer is None:
         raise UsageError("--sft needs --init CKPT (a pretrained checkpoint) or --tokenizer for a fresh model")
     tok = Path(tokenizer)
@@ -292,9 +297,10 @@ def resolve_sft(chats: Path, model_cfg, init: Path | None, tokenizer: Path | Non
 
 
 def run_sft(chats: Path, out: Path, model_cfg, cfg, init: Path | None = None, tokenizer: Path | None = None,
-            val_fraction: float = 0.0, val: Path | None = None, on_log=None, **kw):
-    """`llmctl train --sft CHATS`: fine-tune on conversations (the trainer's other keywords pass through)."""
-    model_cfg, opts = resolve_sft(chats, model_cfg, init, tokenizer, val_fraction)
+            val_fraction: float = 0.0, val: Path | None = None, on_log=None, weights: str = "auto", **kw):
+    """`llmctl train --sft CHATS`: fine-tune on conversations (the trainer's other keywords pass through);
+    `weights`: which weights of the --init checkpoint start the run (auto: its EMA where it has one)."""
+    model_cfg, opts = resolve_sft(chats, model_cfg, init, tokenizer, val_fraction, weights)
     cfg.check()
     if val:
         raise UsageError("--sft holds out --val-fraction of the conversations; --val is for pretraining")

@@ -5,9 +5,33 @@ One step: the global batch (batch_tokens) is split across ranks, then into micro
 gradients accumulate, each weighted by the source so that the sum is the global batch's gradient;
 the pre-clip global gradient norm is logged and clipped to grad_clip; a non-finite loss or norm
 skips the step (max_bad_steps in a row aborts); AdamW steps at the learning rate of the schedule,
-which is a function of tokens seen. The batch at each step is a pure function of (seed, step), so
-a resumed run replays exactly the batches an uninterrupted run would have seen, and on CPU its
-losses are bitwise the same. SIGTERM/SIGINT checkpoint at the end of the step and stop.
+which is a function of tokens seen; with --ema-decay the moving average of the weights follows
+(train/ema.py). The batch at each step is a pure function of (seed, data index), and the data
+index of a step is `data_index(state, step)`, so a resumed run replays exactly the batches an
+uninterrupted run would have seen, and on CPU its losses are bitwise the same. SIGTERM/SIGINT
+checkpoint at the end of the step and stop.
+
+Loss spikes. A step's loss is a spike when it lies more than spike_zscore standard deviations above
+the mean of the last spike_window finite losses (at least max(10, spike_window/2) of them; the
+window travels in the checkpoints, so a resumed run flags what the uninterrupted one did). Spec
+000-003 flags at 4 SD over a moving average (000:L521); 6 is the default here, the 0.5B run's
+window is not given. What a spike does is --on-spike:
+  flag        it is marked in metrics.jsonl ("spike": z) and the step is taken (the default);
+  skip-batch  the step's update is not applied: no optimizer step (Adam's moments and step count
+              stay), no EMA update; counted (spike_skipped_steps) and marked. Steps not applied in a
+              row, for either reason, abort the run at max_bad_steps;
+  rewind      the 0.5B run's playbook (spec 000-003 §B5, 000:L511, after PaLM: restart ~100 steps
+              earlier and skip 200-500 batches; 001-arch-optim-scaling §D 10, L2619): the step is not applied,
+              the run goes back to its last checkpoint (weights, optimizer, EMA, RNG — the path of
+              --resume; a run with this setting writes a step-0 checkpoint so there is always one),
+              and the data steps from the spiking one back over rewind_skip − 1 more (never before
+              the checkpoint) are skipped from then on: the replay meets the following batches
+              where the window was. The skipped data steps are kept in trainer_state.json
+              ("skipped_data"), so a resumed run maps steps to data the same way. A run that spikes
+              again before getting past the step it rewound from rewinds again, at most
+              max_rewinds times in a row, then stops (exit 1). Skipping only postpones a spike
+              whose cause is the model state (001-arch-optim-scaling §E: PaLM's replays of the
+              batch did not spike); the cap keeps a run from looping on one.
 
 The run directory (torchrt/rundir.py; docs/design.md §2) holds config.json (resolved),
 metrics.jsonl (one object per step, plus "val" records), checkpoints/ and, when the run
@@ -16,8 +40,8 @@ completes, manifest.json.
 
 from __future__ import annotations
 
-import json
 import base64
+import json
 import math
 import signal
 import time
@@ -44,6 +68,7 @@ from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
 from llmctl.torchrt import rundir
 from llmctl.torchrt.rundir import RunDir
 from llmctl.train.config import TrainConfig
+from llmctl.train.ema import EMA
 from llmctl.train.mfu import peak_flops
 from llmctl.train.mixture import DataSource
 from llmctl.train.pretrain import PretrainData
@@ -60,6 +85,7 @@ class StepStats:
     tokens_per_s: float
     mfu: float | None
     val: dict | None = None
+    val_ema: dict | None = None  # the same validation of the EMA weights (--ema-decay)
 
 
 class BatchSource(Protocol):
@@ -78,7 +104,8 @@ class BatchSource(Protocol):
         """Once, when the loop starts: open the batches, compute baselines (logged)."""
 
     def batch(self, step: int, batch_seqs: int, micro: int, dist: Dist) -> tuple[list[tuple], list[float], float | None]:
-        """This rank's micro-batches of `step`, the weight of each one's loss (the weighted sum
+        """This rank's micro-batches of data index `step` (the trainer's data_index of the optimizer
+        step: the same number unless a rewind skipped data), the weight of each one's loss (the weighted sum
         over micro-batches, summed over ranks / world, is the global batch's loss), and the global
         count of loss tokens where the loss is a masked token sum (else None)."""
 
@@ -96,6 +123,18 @@ class BatchSource(Protocol):
 
     def manifest(self, val: dict | None) -> tuple[dict, list[dict], dict]:
         """What the manifest adds: (config entries, inputs, counts), given the last validation."""
+
+
+def data_index(state: dict, step: int) -> int:
+    """The data index of optimizer step `step` (0-based): the argument the batch source's batch()
+    gets. Steps walk the data indices in order, passing over the ones in state["skipped_data"]
+    (sorted; data steps a rewind skipped). The one place that maps steps to data."""
+    d = step
+    for skipped in state.get("skipped_data", ()):
+        if skipped > d:
+            break
+        d += 1
+    return d
 
 
 def _rng_state() -> str:
@@ -163,7 +202,7 @@ class Trainer:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         torch.manual_seed(self.cfg.seed)  # same initial weights on every rank (spec §A3: DP seeds)
-        model = Transformer(self.model_cfg).to(self.dist.device)
+        model = Transformer(self.model_cfg).to(self.dist.device).set_recompute(self.cfg.recompute)
         state = {"step": 0, "tokens": 0, "skipped_steps": 0}
         ck = ckpt_io.load_checkpoint(self.run_dir.checkpoints) if self.run_dir.has_checkpoint() else None
         init = None
@@ -172,11 +211,16 @@ class Trainer:
             state = ck.trainer_state
             if "rng" in state:
                 _set_rng_state(state["rng"])
-        elif self.source.init is not None:  # fine-tuning or midtraining a checkpoint
-            init = ckpt_io.load_checkpoint(self.source.init)
+        elif self.source.init is not None:  # fine-tuning or midtraining a checkpoint: its EMA weights where it has them
+            # training on with its optimizer state continues the raw weights those moments belong to
+            weights = "raw" if self.cfg.init_optimizer else getattr(self.source, "init_weights", "auto")
+            init = ckpt_io.load_checkpoint(self.source.init, weights)
             ckpt_io.load_weights(model, init.tensors, init.path)
-            self.on_log(f"initialized from {init.path}")
+            self.on_log(f"initialized from {init.path}" + (" (its EMA weights)" if init.weights == "ema" else ""))
+        self.ema = self._build_ema(model, ck, state)
         model = distributed.wrap(model, self.dist, self.cfg.fsdp)
+        if self.ema is not None and self.cfg.fsdp:
+            self.ema.model = distributed.wrap(self.ema.model, self.dist, True)  # sharded like the weights it follows
         # fused AdamW: one kernel over all parameters (transformers' Trainer default too); FSDP's
         # DTensors take the default implementation
         opt = make_optimizer(model, self.cfg.lr, self.cfg.weight_decay, (self.cfg.beta1, self.cfg.beta2), self.cfg.eps,
@@ -192,11 +236,22 @@ class Trainer:
                 self.on_log(f"resumed from {ck.path.name}: step {state['step']}, {state['tokens']:,} tokens")
             else:
                 self.on_log(f"optimizer state (AdamW moments and step counts) from {carried.path}")
-        elif carried is not None:
+        elif carried is not None and ck is None:
             raise UsageError(f"--init-optimizer: {carried.path} has no optimizer.pt")
         if self.cfg.compile:
             model = torch.compile(model)
         return model, opt, state
+
+    def _build_ema(self, model, ck, state: dict) -> EMA | None:
+        """The moving average (--ema-decay): a checkpoint's ema.safetensors, else the weights now."""
+        if self.cfg.ema_decay is None:
+            return None
+        tensors = ck.ema_tensors() if ck is not None else None
+        if ck is not None and tensors is None:
+            self.on_log(f"{ck.path.name} has no EMA: the average starts from its weights")
+        updates = state.get("ema_updates", 0) if tensors is not None else 0
+        where = ck.path / ckpt_io.EMA_FILE if tensors is not None else ckpt_io.EMA_FILE
+        return EMA(self.cfg.ema_decay, model, tensors, updates, where=where)
 
     def _unwrapped(self, model):
         """The module whose parameter names checkpoints use (DDP's wrapper removed; FSDP2 keeps names)."""
@@ -217,7 +272,6 @@ class Trainer:
         c, d = self.cfg, self.dist
         started = time.perf_counter()
         model, opt, state = self._build()
-        metrics = self.run_dir.metrics(state["step"])
         self.run_dir.write_json("config.json", {
             "model": self.model_cfg.to_dict(), "train": asdict(c), **self.source.describe(), "inputs": self.inputs, "world_size": d.world,
             "n_params": self.model_cfg.n_params(), "llmctl_version": __version__})
@@ -225,79 +279,144 @@ class Trainer:
         flops_per_token = self.model_cfg.flops_per_token(c.seq_len)
         peak, peak_source = peak_flops(d.device, DTYPES[c.dtype], c.peak_flops)
         params = [p for p in model.parameters()]
-        recent: deque[float] = deque(maxlen=c.spike_window)
-        bad_in_row, last_val = 0, None
+        recent: deque[float] = deque(state.get("recent_losses", ()), maxlen=c.spike_window)
+        bad_in_row, last_val, last_val_ema = 0, None, None
         last_step = min(self.total_steps, c.max_steps or self.total_steps)
         self.on_log(
             f"{self.model_cfg.n_params():,} parameters; {self.total_steps} steps of {c.batch_tokens:,} tokens "
             f"({self.batch_seqs} × {c.seq_len}, micro {c.micro_batch}, {d.world} rank(s)); "
-            f"peak {peak / 1e9 if peak else float('nan'):.1f} GFLOP/s ({peak_source})")
-        with metrics, _StopFlag() as stop:
-            while state["step"] < last_step:
-                step = state["step"]
-                t0 = time.perf_counter()
-                lr = set_lr(opt, self.lr(state["tokens"] + c.batch_tokens))
-                ce, max_logit, loss_tokens = self._accumulate(model, step)
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, c.grad_clip, foreach=True)
-                ce, = distributed.all_reduce_sum([ce], d)
-                ce /= d.world
-                finite = math.isfinite(ce) and bool(torch.isfinite(grad_norm))
-                if finite:
-                    opt.step()
-                    bad_in_row = 0
-                else:
-                    state["skipped_steps"] += 1
-                    bad_in_row += 1
-                opt.zero_grad(set_to_none=True)
-                if d.device.type == "cuda":
-                    torch.cuda.synchronize(d.device)
-                dt = time.perf_counter() - t0
-                state["step"] += 1
-                state["tokens"] += c.batch_tokens
-                tps = c.batch_tokens / dt
-                rec = {
-                    "step": state["step"], "tokens": state["tokens"], "loss": ce, "lr": lr,
-                    "grad_norm": float(grad_norm), "clipped": bool(float(grad_norm) > c.grad_clip),
-                    "tokens_per_s": round(tps, 1),
-                    "mfu": round(tps * flops_per_token / (d.world * peak), 5) if peak else None,
-                    "max_logit": max_logit, "step_seconds": round(dt, 4),
-                }
-                if loss_tokens is not None:  # the loss is per loss token (SFT: assistant tokens); how many
-                    rec["loss_tokens"] = int(loss_tokens)
-                rec.update(self.source.step_record(state["step"]))
-                if not finite:
-                    rec["skipped"] = True
-                elif len(recent) >= max(10, c.spike_window // 2):
-                    mean, std = float(np.mean(recent)), float(np.std(recent))
-                    if std > 0 and (ce - mean) / std > c.spike_zscore:
-                        rec["spike"] = round((ce - mean) / std, 2)
-                if finite:
-                    recent.append(ce)
-                val = None
-                if self.source.has_val and (state["step"] == last_step or (c.eval_every and state["step"] % c.eval_every == 0)):
-                    val = last_val = self.source.validate(self._unwrapped(model), d, c.micro_batch, c.eval_windows, self.amp)
-                metrics.log(rec)
-                if val:
-                    metrics.log({"step": state["step"], "tokens": state["tokens"], "val": val})
-                self.on_step(StepStats(state["step"], self.total_steps, state["tokens"], ce, lr, tps, rec["mfu"], val))
-                if bad_in_row >= c.max_bad_steps:
-                    raise StageFailed(
-                        f"train: {bad_in_row} steps in a row had a non-finite loss or gradient (last at step "
-                        f"{state['step']}); lower --lr, check the data, or resume from an earlier checkpoint")
-                stopping = distributed.broadcast_flag(stop.signum is not None, d)
-                if stopping or state["step"] == last_step or state["step"] % c.checkpoint_every == 0:
-                    self._checkpoint(model, opt, state)
-                if stopping:
-                    raise Interrupted(stop.signum or signal.SIGTERM,
-                                      f"stopped by signal at step {state['step']}; checkpoint saved, continue with --resume")
-        return self._manifest(state, last_val, time.perf_counter() - started)
+            f"peak {peak / 1e9 if peak else float('nan'):.1f} GFLOP/s ({peak_source})"
+            + (f"; recompute {c.recompute}" if c.recompute != "none" else "")
+            + (f"; EMA of the weights, decay {c.ema_decay:g}" if c.ema_decay is not None else ""))
+        if c.on_spike == "rewind" and not self.run_dir.has_checkpoint():
+            self._checkpoint(model, opt, state, recent)  # where a rewind before the first periodic checkpoint goes
+        metrics = self.run_dir.metrics(state["step"])
+        try:
+            with _StopFlag() as stop:
+                while state["step"] < last_step:
+                    step = state["step"]
+                    t0 = time.perf_counter()
+                    lr = set_lr(opt, self.lr(state["tokens"] + c.batch_tokens))
+                    data_step = data_index(state, step)
+                    ce, max_logit, loss_tokens = self._accumulate(model, data_step)
+                    grad_norm = torch.nn.utils.clip_grad_norm_(params, c.grad_clip, foreach=True)
+                    ce, = distributed.all_reduce_sum([ce], d)
+                    ce /= d.world
+                    finite = math.isfinite(ce) and bool(torch.isfinite(grad_norm))
+                    spike = None
+                    if finite and len(recent) >= max(10, c.spike_window // 2):
+                        mean, std = float(np.mean(recent)), float(np.std(recent))
+                        if std > 0 and (ce - mean) / std > c.spike_zscore:
+                            spike = round((ce - mean) / std, 2)
+                    if spike is not None and c.on_spike == "rewind":
+                        opt.zero_grad(set_to_none=True)
+                        model, opt, state, event = self._rewind(state, step, spike, ce)
+                        params = [p for p in model.parameters()]
+                        recent = deque(state.get("recent_losses", ()), maxlen=c.spike_window)
+                        bad_in_row = 0
+                        metrics.close()
+                        metrics = self.run_dir.metrics(state["step"])  # the steps past the checkpoint run again
+                        metrics.log({"step": state["step"], "tokens": state["tokens"], "rewind": event})
+                        continue
+                    skip = spike is not None and c.on_spike == "skip-batch"
+                    if finite and not skip:
+                        opt.step()
+                        if self.ema is not None:
+                            self.ema.update(params)
+                        bad_in_row = 0
+                    else:
+                        key = "skipped_steps" if not finite else "spike_skipped_steps"
+                        state[key] = state.get(key, 0) + 1
+                        bad_in_row += 1
+                    opt.zero_grad(set_to_none=True)
+                    if d.device.type == "cuda":
+                        torch.cuda.synchronize(d.device)
+                    dt = time.perf_counter() - t0
+                    state["step"] += 1
+                    state["tokens"] += c.batch_tokens
+                    if state.get("rewind_streak") and step >= state["rewind_step"]:
+                        state["rewind_streak"] = 0  # past the step the last rewind went back from
+                    tps = c.batch_tokens / dt
+                    rec = {
+                        "step": state["step"], "tokens": state["tokens"], "loss": ce, "lr": lr,
+                        "grad_norm": float(grad_norm), "clipped": bool(float(grad_norm) > c.grad_clip),
+                        "tokens_per_s": round(tps, 1),
+                        "mfu": round(tps * flops_per_token / (d.world * peak), 5) if peak else None,
+                        "max_logit": max_logit, "step_seconds": round(dt, 4),
+                    }
+                    if data_step != step:
+                        rec["data_step"] = data_step  # rewinds skipped data before this step
+                    if loss_tokens is not None:  # the loss is per loss token (SFT: assistant tokens); how many
+                        rec["loss_tokens"] = int(loss_tokens)
+                    rec.update(self.source.step_record(state["step"]))
+                    if not finite:
+                        rec["skipped"] = True
+                    elif spike is not None:
+                        rec["spike"] = spike
+                        if skip:
+                            rec["spike_skipped"] = True
+                    if finite:
+                        recent.append(ce)
+                    val = val_ema = None
+                    if self.source.has_val and (state["step"] == last_step or (c.eval_every and state["step"] % c.eval_every == 0)):
+                        val = last_val = self.source.validate(self._unwrapped(model), d, c.micro_batch, c.eval_windows, self.amp)
+                        if self.ema is not None:
+                            val_ema = last_val_ema = self.source.validate(self.ema.model, d, c.micro_batch, c.eval_windows, self.amp)
+                            if hasattr(self.ema.model, "reshard"):  # FSDP2 leaves a root it ran forward unsharded
+                                self.ema.model.reshard()
+                    metrics.log(rec)
+                    if val:
+                        metrics.log({"step": state["step"], "tokens": state["tokens"], "val": val,
+                                     **({"val_ema": val_ema} if val_ema else {})})
+                    self.on_step(StepStats(state["step"], self.total_steps, state["tokens"], ce, lr, tps, rec["mfu"], val, val_ema))
+                    if bad_in_row >= c.max_bad_steps:
+                        why = ("had a non-finite loss or gradient" if not finite else
+                               "were loss spikes whose update --on-spike skip-batch skipped")
+                        raise StageFailed(
+                            f"train: {bad_in_row} steps in a row {why} (last at step {state['step']}); "
+                            "lower --lr, check the data, or resume from an earlier checkpoint")
+                    stopping = distributed.broadcast_flag(stop.signum is not None, d)
+                    if stopping or state["step"] == last_step or state["step"] % c.checkpoint_every == 0:
+                        self._checkpoint(model, opt, state, recent)
+                    if stopping:
+                        raise Interrupted(stop.signum or signal.SIGTERM,
+                                          f"stopped by signal at step {state['step']}; checkpoint saved, continue with --resume")
+        finally:
+            metrics.close()
+        return self._manifest(state, last_val, last_val_ema, time.perf_counter() - started)
 
-    def _accumulate(self, model, step: int) -> tuple[float, float, float | None]:
-        """Forward/backward over this rank's micro-batches; returns (weighted CE, max logit, global
-        loss-token count or None). The CE is this rank's share: its sum over ranks / world is the
-        global batch's."""
+    def _rewind(self, state: dict, step: int, z: float, ce: float):
+        """--on-spike rewind at 0-based step `step`: the data window to skip is added to the run's
+        skipped data, then the model, optimizer, EMA and state are those of the last checkpoint
+        (as --resume builds them), with the rewind history — skipped_data, rewinds, rewind_streak,
+        rewind_step — carried over from the run it interrupts rather than taken from the checkpoint.
+        Returns (model, optimizer, state, the event for metrics.jsonl)."""
+        c = self.cfg
+        streak = state.get("rewind_streak", 0) + 1
+        if streak > c.max_rewinds:
+            raise StageFailed(
+                f"train: the loss spiked again at step {step + 1} (z {z}) after {c.max_rewinds} rewind(s) in a row "
+                f"that did not get past step {state['rewind_step'] + 1}; the spike follows the model state, not one "
+                "batch: lower --lr, check the data, or raise --set train.max_rewinds")
+        ck_path = ckpt_io.resolve_checkpoint(self.run_dir.checkpoints)
+        ck_step = int(json.loads((ck_path / "trainer_state.json").read_text())["step"])
+        window = [data_index(state, k) for k in range(max(ck_step, step - c.rewind_skip + 1), step + 1)]
+        history = {"skipped_data": sorted(set(state.get("skipped_data", ())) | set(window)),
+                   "rewinds": state.get("rewinds", 0) + 1, "rewind_streak": streak, "rewind_step": step}
+        self.on_log(f"loss spike at step {step + 1} (loss {ce:.4f}, z {z}): rewinding to {ck_path.name}, "
+                    f"skipping data step(s) {', '.join(map(str, window))}")
+        model, opt, new_state = self._build()
+        new_state.update(history)
+        event = {"spike_step": step + 1, "loss": ce, "z": z, "to_step": ck_step, "skipped_data": window,
+                 "rewinds": history["rewinds"]}
+        return model, opt, new_state, event
+
+    def _accumulate(self, model, data_step: int) -> tuple[float, float, float | None]:
+        """Forward/backward over this rank's micro-batches of data index `data_step`; returns
+        (weighted CE, max logit, global loss-token count or None). The CE is this rank's share: its
+        sum over ranks / world is the global batch's."""
         d = self.dist
-        micro, weights, loss_tokens = self.source.batch(step, self.batch_seqs, self.cfg.micro_batch, d)
+        micro, weights, loss_tokens = self.source.batch(data_step, self.batch_seqs, self.cfg.micro_batch, d)
         ce_sum, max_logit = 0.0, -math.inf
         model.train()
         for i, (batch, weight) in enumerate(zip(micro, weights)):
@@ -311,23 +430,36 @@ class Trainer:
             max_logit = max(max_logit, float(top))
         return ce_sum, max_logit, loss_tokens
 
-    def _checkpoint(self, model, opt, state: dict) -> None:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    def _checkpoint(self, model, opt, state: dict, recent: deque) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
 
         # Full (unsharded) tensors on CPU: the same files whether the run was DDP, FSDP or single.
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        model_state, optim_state = get_state_dict(self._unwrapped(model), opt, options=opts)
+        if opt.state:
+            model_state, optim_state = get_state_dict(self._unwrapped(model), opt, options=opts)
+        else:  # before the first step (rewind's step-0 checkpoint): get_state_dict would give AdamW a step
+            model_state, optim_state = get_model_state_dict(self._unwrapped(model), options=opts), None
+        ema_state = get_model_state_dict(self.ema.model, options=opts) if self.ema is not None else None
         c = self.cfg
         trainer_state = {**state, "rng": _rng_state(), "seed": c.seed, "lr": self.lr(state["tokens"]),
                          "schedule": c.schedule, "max_tokens": c.max_tokens,
-                         "data_position": {"next_sequence": state["step"] * self.batch_seqs},
+                         "data_position": {"next_sequence": data_index(state, state["step"]) * self.batch_seqs},
+                         "recent_losses": list(recent),  # the spike detector's window
+                         **({"ema_decay": c.ema_decay, "ema_updates": self.ema.updates} if self.ema is not None else {}),
                          **self.source.checkpoint_state()}
         self.run_dir.checkpoint(state["step"], self.model_cfg, model_state, trainer_state, optimizer_state=optim_state,
-                                tokenizer_file=self.source.tokenizer_file, keep_last=c.keep_checkpoints)
+                                tokenizer_file=self.source.tokenizer_file, keep_last=c.keep_checkpoints,
+                                ema_state=ema_state)
 
-    def _manifest(self, state: dict, val: dict | None, wall: float) -> Manifest:
+    def _manifest(self, state: dict, val: dict | None, val_ema: dict | None, wall: float) -> Manifest:
         config, inputs, counts = self.source.manifest(val)
         counts = {"steps": state["step"], "tokens": state["tokens"], "skipped_steps": state["skipped_steps"], **counts}
+        for key in ("spike_skipped_steps", "rewinds"):
+            if state.get(key):
+                counts[key] = state[key]
+        if state.get("skipped_data"):
+            counts["skipped_data_steps"] = len(state["skipped_data"])
+        counts.update({f"val_ema_{k}": v for k, v in (val_ema or {}).items()})
         config = {"model": self.model_cfg.to_dict(), "train": asdict(self.cfg), **config}
         return self.run_dir.finish(Manifest(kind="run", stage="train", config=config, inputs=inputs, outputs=[],
                                             counts=counts, wall_seconds=round(wall, 3)))
