@@ -5,8 +5,12 @@ most common lie on the web, and legacy text is almost never valid UTF-8 by accid
 HTTP Content-Type charset; then a `<meta charset>` / `<meta http-equiv="Content-Type">` in the
 first bytes of the page; then UTF-8 with replacement characters when only a few bytes are
 invalid; then detection (charset_normalizer). Bodies with NUL bytes (UTF-16
-without a BOM) skip the UTF-8 shortcut. Legacy labels are mapped as the WHATWG encoding standard
-does (latin-1 and ascii mean windows-1252).
+without a BOM) skip the UTF-8 shortcut. Every label (header, meta, the detector's answer) is read
+as the WHATWG Encoding Standard reads it and decoded with that standard's decoder (`whatwg`):
+latin-1 and ascii mean windows-1252, gb2312 means gb18030, euc-kr means windows-949; a label the
+standard does not know is ignored, as browsers ignore it. A `<meta>` naming UTF-16 means UTF-8 and
+x-user-defined means windows-1252 (HTML's prescan rules: a page that can be read as ASCII to find
+its meta tag is not UTF-16).
 """
 
 from __future__ import annotations
@@ -16,27 +20,26 @@ import re
 
 from charset_normalizer import from_bytes
 
+from llmctl.data import whatwg
+
 META_SCAN_BYTES = 4096
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_\-:.]+)""", re.I)
 _HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?([a-zA-Z0-9_\-:.]+)""", re.I)
-# WHATWG: these labels are decoded as windows-1252 by every browser.
-_WHATWG_ALIASES = {"iso-8859-1": "cp1252", "latin1": "cp1252", "latin-1": "cp1252", "us-ascii": "cp1252", "ascii": "cp1252", "iso8859-1": "cp1252"}
-_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+_BOMS = ((codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16le"), (codecs.BOM_UTF16_BE, "utf-16be"))
+# HTML's "prescan a byte stream to determine its encoding": what a meta-declared encoding becomes.
+_META_OVERRIDE = {"utf-16le": "utf-8", "utf-16be": "utf-8", "x-user-defined": "windows-1252"}
 
 
 class UndecodableError(ValueError):
     """No charset we could find or guess turns these bytes into text."""
 
 
-def _norm(label: str | None) -> str | None:
-    if not label:
-        return None
-    label = label.strip().lower()
-    label = _WHATWG_ALIASES.get(label, label)
-    try:
-        return codecs.lookup(label).name
-    except LookupError:
-        return None
+def _decode(body: bytes, encoding: str) -> str:
+    """Strict decode with the standard's decoder, or Python's codec for a detector's answer
+    outside the standard. Raises UnicodeDecodeError or LookupError."""
+    if (dec := whatwg.decoder(encoding)) is not None:
+        return dec(body)
+    return body.decode(encoding)
 
 
 def header_charset(content_type: str | None) -> str | None:
@@ -60,27 +63,33 @@ def _mostly_utf8(body: bytes, ratio: int = 10) -> str | None:
 
 
 def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]:
-    """Return (text, encoding used). Raises UndecodableError when nothing fits."""
+    """Return (text, encoding used: the WHATWG name, or the Python codec the detector chose when
+    it is outside the standard). Raises UndecodableError when nothing fits."""
     candidates: list[str] = []
+    skip = 0
     for bom, enc in _BOMS:
         if body.startswith(bom):
             candidates.append(enc)
+            skip = len(bom)
     if not candidates and b"\x00" not in body[:4096]:
         candidates.append("utf-8")
-    for label in (header_charset(content_type), meta_charset(body)):
-        if (enc := _norm(label)) and enc not in candidates:
+    meta = whatwg.lookup(meta_charset(body))
+    for enc in (whatwg.lookup(header_charset(content_type)), _META_OVERRIDE.get(meta, meta)):
+        # "replacement" (ISO-2022-KR, HZ ...) has no decoder: browsers show one U+FFFD for the page
+        if enc and enc not in candidates and whatwg.decoder(enc) is not None:
             candidates.append(enc)
-    for enc in candidates:
+    for i, enc in enumerate(candidates):
         try:
-            return body.decode(enc), enc
+            return _decode(body[skip:] if i == 0 else body, enc), enc
         except (UnicodeDecodeError, LookupError):
             continue
     if (text := _mostly_utf8(body)) is not None:
         return text, "utf-8"
     best = from_bytes(body[: 1 << 20]).best()
     if best is not None and best.encoding:
+        enc = whatwg.from_python_codec(best.encoding) or best.encoding
         try:
-            return body.decode(best.encoding), best.encoding
+            return _decode(body, enc), enc
         except (UnicodeDecodeError, LookupError):
             pass
     raise UndecodableError(f"tried {', '.join(candidates)} and detection")
