@@ -4,14 +4,18 @@ datatrove re-tokenizes the text in each filter; here lines, paragraphs and words
 lazily, once per version of the text, and reused by every step that asks (a step that rewrites
 the text, like C4's line cleaning, starts a new version).
 
-Words come from `tokenize`, which follows the English spaCy tokenizer (the one datatrove uses)
-on its main decisions, at about 7x its speed: split on whitespace; peel opening punctuation off
-the front and closing punctuation, contractions ('s, n't, 're ...) and sentence periods off the
-back; split hyphens and slashes inside words; keep URLs, numbers like 3.5 and 1,000, single
-letters with a period and listed abbreviations (U.S., e.g., Dr.) whole. On the 452 pages of
-pages-a.warc.gz it gives the same token count to 0.02%; it lacks spaCy's emoticon and unit
-lists, so "):" or "80TB" come out split differently. Scripts written without spaces (Chinese,
-Japanese, Thai) give one word per whitespace-separated run, as spaCy's English tokenizer does.
+Words come from `tokenize`, which is spaCy's tokenizer algorithm (the one datatrove's Gopher and
+FineWeb filters run, through spacy.blank("en")) in plain Python over spaCy's own English rules,
+exported to `spacy_en` by benchmarks/spacy_rules.py: split on whitespace; peel prefixes and
+suffixes off each chunk until a special case (U.S., e.g., :), don't, °C.) or nothing is left;
+keep URLs whole; split the rest on infixes; then merge token runs that spell a special case the
+affix rules split ("8):" -> "8", "):"; a run across one space merges nothing but, as in
+spaCy's matcher, blocks the runs it overlaps).
+spaCy itself is not a dependency of the product, and this keeps the filters' word counts equal to
+datatrove's: on the 452 documents of pages-a.warc.gz every document splits into exactly spaCy's
+tokens (tests/test_word_split.py checks fuzzed strings against spaCy where it is installed).
+Chunks repeat (Zipf), so each chunk's affix split is cached, as spaCy caches it; on pages-a's
+texts this runs about 4x faster than datatrove's spaCy call.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from __future__ import annotations
 import re
 import string
 import unicodedata
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import regex
+
+from llmctl.data.filters import spacy_en
 
 # Unicode's Sentence_Terminal property: the characters that end a sentence in any script
 # (the set datatrove's TERMINAL_PUNCTUATION was built from).
@@ -59,101 +65,152 @@ def is_symbol_word(w: str) -> bool:
     return True
 
 
-_PREFIX = frozenset("\"'([{“‘”’«»¿¡$£€¥#*&<~`„‚§,（【「『《〈")
-_SUFFIX = frozenset(",;:!?)]}\"'”’‘»%“）】」』》〉™°。！？।")
-_INFIX = re.compile(
-    r"(?<=[^\W_])(?:-|–|—|/|:|=|<|>)(?=[^\W\d_])"  # well-known, and/or between letters
-    r"|(?<=[^\W\d_]),(?=[^\W\d_])"  # a,b
-    r"|(?<=\d)[-+*^](?=[\d-])"  # 5-8, 2+2
-    r"|(?<=[a-z]\.)(?=[A-Z])"  # z.B. -> z. B. (the period stays on the left)
-    r"|(?<=[<>=])(?=[<>=])"  # >>> and => come apart, one character each
-    r"|\.{2,}|…"
-)
-_ONLY_DOTS = re.compile(r"^\.+$")
-_DOTS_START = re.compile(r"^\.{3,}(?=[^.])")
-_DOTS_END = re.compile(r"(?<=[^.])\.{2,}$")
-_URL = re.compile(r"^(?:https?://|www\.)\S+|^\S+\.(?:com|org|net|edu|gov|io|de|uk|fr)(?:/\S*)?$", re.I)
-_KEEP_PERIOD = re.compile(
-    r"^[^\W\d_]\.$|^(?:[A-Z]\.)+$"  # z.  U.S.
-    r"|^(?:Dr|Mr|Mrs|Ms|St|Prof|Jr|Sr|vs|Inc|Ltd|Co|Corp|Mt|Gen|Gov|Sen|Rep|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec|e\.g|i\.e|a\.m|p\.m)\.$"
-)
-_CONTRACTION = re.compile(r"(?i)(?<=\w)(?:['’](?:s|m|re|ve|ll|d)|n['’]t)$")
-_UNIT = re.compile(r"(?<=\d)(?:km|cm|mm|m|kg|mg|g|lbs?|TB|GB|MB|KB|kB|mph|ms|min|h)$")
-# spaCy's exceptions for contractions written without an apostrophe
-_SPECIAL = {
-    "im": ["i", "m"], "Im": ["I", "m"], "cannot": ["can", "not"], "Cannot": ["Can", "not"],
-    "dont": ["do", "nt"], "Dont": ["Do", "nt"], "doesnt": ["does", "nt"], "didnt": ["did", "nt"],
-    "isnt": ["is", "nt"], "wasnt": ["was", "nt"], "cant": ["ca", "nt"], "wont": ["wo", "nt"],
-    "youre": ["you", "re"], "Ive": ["I", "ve"], "ive": ["i", "ve"], "thats": ["that", "s"],
-    "can't": ["ca", "n't"], "won't": ["wo", "n't"], "Can't": ["Ca", "n't"], "Won't": ["Wo", "n't"],
-}  # fmt: skip
+_prefix_search = re.compile(spacy_en.PREFIX).search
+_suffix_search = re.compile(spacy_en.SUFFIX).search
+_infix_finditer = re.compile(spacy_en.INFIX).finditer
+_url_match = re.compile(spacy_en.URL).match
+_SPECIALS = spacy_en.SPECIAL_CASES
 
 
-def _split_period(chunk: str) -> bool:
-    """spaCy splits a final period after a lower-case letter, a digit, punctuation or two capitals."""
-    if _KEEP_PERIOD.match(chunk):
-        return False
-    c = chunk[-2]
-    # lower-case and caseless letters (Arabic, Hebrew, Bengali ...) alike
-    return (c.isalpha() and not c.isupper()) or c.isdigit() or not c.isalnum() or (len(chunk) > 2 and c.isupper() and chunk[-3].isupper())
+def _split_affixes(chunk: str, specials: bool) -> tuple[list[str], str, list[str]]:
+    """spaCy's Tokenizer._split_affixes: peel prefixes and suffixes off until none is left or
+    what is left is a special case."""
+    prefixes: list[str] = []
+    suffixes: list[str] = []
+    last = -1
+    while chunk and len(chunk) != last:
+        if specials and chunk in _SPECIALS:
+            break
+        last = len(chunk)
+        m = _prefix_search(chunk)
+        pre = m.end() - m.start() if m else 0
+        if pre:
+            minus_pre = chunk[pre:]
+            if minus_pre and specials and minus_pre in _SPECIALS:
+                prefixes.append(chunk[:pre])
+                chunk = minus_pre
+                break
+        m = _suffix_search(chunk[pre:])
+        suf = m.end() - m.start() if m else 0
+        if suf:
+            minus_suf = chunk[:-suf]
+            if minus_suf and specials and minus_suf in _SPECIALS:
+                suffixes.append(chunk[-suf:])
+                chunk = minus_suf
+                break
+        if pre and suf and pre + suf <= len(chunk):
+            prefixes.append(chunk[:pre])
+            suffixes.append(chunk[-suf:])
+            chunk = chunk[pre:-suf]
+        elif pre:
+            prefixes.append(chunk[:pre])
+            chunk = chunk[pre:]
+        elif suf:
+            suffixes.append(chunk[-suf:])
+            chunk = chunk[:-suf]
+    return prefixes, chunk, suffixes
+
+
+def _affix_tokens(chunk: str, specials: bool) -> list[str]:
+    """spaCy's Tokenizer._tokenize for one whitespace-free chunk: affixes, then a special case, a
+    URL, or infix splits of what is left."""
+    prefixes, chunk, suffixes = _split_affixes(chunk, specials)
+    out = prefixes
+    if chunk:
+        if specials and chunk in _SPECIALS:
+            out.extend(_SPECIALS[chunk])
+        elif _url_match(chunk):
+            out.append(chunk)
+        else:
+            start = 0
+            for m in _infix_finditer(chunk):
+                if m.start() == 0:  # spaCy skips an infix at the very start
+                    continue
+                if m.start() != start:
+                    out.append(chunk[start : m.start()])
+                if m.start() != m.end():  # zero-width infixes split without a token of their own
+                    out.append(m.group())
+                start = m.end()
+            if chunk[start:]:
+                out.append(chunk[start:])
+    out.extend(reversed(suffixes))
+    return out
+
+
+def _special_patterns() -> dict[tuple[str, ...], str]:
+    """spaCy's special-case matcher: a special case that the affix rules would split (':)' from
+    '8):' becomes ')', ':') is found again among a chunk's tokens and merged back."""
+    patterns = {}
+    for key in _SPECIALS:
+        if _prefix_search(key) or _suffix_search(key) or next(_infix_finditer(key), None):
+            patterns[tuple(_affix_tokens(key, False))] = key
+    return patterns
+
+
+_SPECIAL_PATTERNS = _special_patterns()
+# first token -> the lengths of the patterns that start with it
+_SPECIAL_FIRST = {first: sorted({len(p) for p in _SPECIAL_PATTERNS if p[0] == first}) for first in {p[0] for p in _SPECIAL_PATTERNS}}
+_WHITESPACE = re.compile(r"(\s+)")  # str.isspace() whitespace, as spaCy splits on
+
+
+def _apply_special_cases(tokens: list[str | None], chunk_starts: set[int]) -> list[str]:
+    """spaCy's Tokenizer._apply_special_cases. `tokens` holds None where whitespace other than one
+    space separates chunks (spaCy keeps a whitespace token there, which no pattern matches);
+    `chunk_starts` marks tokens that follow a single space. Matches are taken longest first, then
+    leftmost; one is kept when its first and last tokens are not part of a match taken before.
+    A match across a space spells no special case, so it changes nothing, but it still blocks the
+    matches it overlaps, as in spaCy."""
+    n_tokens = len(tokens)
+    matches = [
+        (n, i)
+        for i, tok in enumerate(tokens)
+        if tok in _SPECIAL_FIRST
+        for n in _SPECIAL_FIRST[tok]
+        if i + n <= n_tokens and tuple(tokens[i : i + n]) in _SPECIAL_PATTERNS
+    ]
+    if not matches:
+        return [t for t in tokens if t is not None]
+    seen: set[int] = set()
+    kept = {}
+    for n, i in sorted(matches, key=lambda m: (-m[0], m[1])):
+        if i not in seen and i + n - 1 not in seen and not any(j in chunk_starts for j in range(i + 1, i + n)):
+            kept[i] = n
+        seen.update(range(i, i + n))
+    out: list[str] = []
+    i = 0
+    while i < n_tokens:
+        if i in kept:
+            out.extend(_SPECIALS["".join(tokens[i : i + kept[i]])])
+            i += kept[i]
+        else:
+            if tokens[i] is not None:
+                out.append(tokens[i])
+            i += 1
+    return out
+
+
+@lru_cache(maxsize=1 << 16)
+def _chunk_tokens(chunk: str) -> tuple[str, ...]:
+    if chunk in _SPECIALS:
+        return _SPECIALS[chunk]
+    return tuple(_affix_tokens(chunk, True))
 
 
 def tokenize(text: str) -> list[str]:
-    """Words and punctuation tokens of `text` (see the module docstring)."""
-    out: list[str] = []
-    for chunk in text.split():
-        pre: list[str] = []
-        suf: list[str] = []
-        url = False
-        while len(chunk) > 1:
-            if _ONLY_DOTS.match(chunk):  # "..." or "...." stands alone as one token
-                break
-            if _URL.match(chunk):
-                url = True
-                while chunk and chunk[-1] in ".,;:!?)\"'":
-                    suf.append(chunk[-1])
-                    chunk = chunk[:-1]
-                break
-            if chunk in _SPECIAL:
-                first, *rest = _SPECIAL[chunk]
-                suf.extend(reversed(rest))
-                chunk = first
-                break
-            if chunk[0] in _PREFIX:
-                pre.append(chunk[0])
-                chunk = chunk[1:]
-            elif m := _DOTS_START.match(chunk):
-                pre.append(m.group(0))
-                chunk = chunk[m.end() :]
-            elif m := _DOTS_END.search(chunk):
-                suf.append(m.group(0))
-                chunk = chunk[: m.start()]
-            elif chunk[-1] in _SUFFIX:
-                suf.append(chunk[-1])
-                chunk = chunk[:-1]
-            elif chunk[-1] == "." and _split_period(chunk):
-                suf.append(".")
-                chunk = chunk[:-1]
-            elif m := (_CONTRACTION.search(chunk) or _UNIT.search(chunk)):
-                suf.append(m.group(0))
-                chunk = chunk[: m.start()]
+    """Words and punctuation tokens of `text`, as datatrove's English word tokenizer gives them
+    (spaCy's tokens, whitespace tokens dropped; see the module docstring)."""
+    tokens: list[str | None] = []
+    chunk_starts: set[int] = set()
+    parts = _WHITESPACE.split(text)  # chunk, separator, chunk, ... (the first and last may be "")
+    for k in range(0, len(parts), 2):
+        if k:
+            if parts[k - 1] == " ":
+                chunk_starts.add(len(tokens))
             else:
-                break
-        out.extend(pre)
-        if url:
-            out.append(chunk)
-        elif chunk:
-            pos = 0
-            for m in _INFIX.finditer(chunk):
-                if m.start() > pos:
-                    out.append(chunk[pos : m.start()])
-                if m.group(0):  # zero-width splits add no token of their own
-                    out.append(m.group(0))
-                pos = m.end()
-            if pos < len(chunk):
-                out.append(chunk[pos:])
-        out.extend(reversed(suf))
-    return out
+                tokens.append(None)
+        if chunk := parts[k]:
+            tokens.extend(_chunk_tokens(chunk))
+    return _apply_special_cases(tokens, chunk_starts)
 
 
 class Doc:
