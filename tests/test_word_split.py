@@ -106,3 +106,18 @@ def test_rules_are_the_installed_spacys():
         tok.infix_finditer.__self__.pattern, tok.url_match.__self__.pattern,
     ), f"spaCy {spacy.__version__} changed its rules: run benchmarks/spacy_rules.py"  # fmt: skip
     assert set(spacy_en.SPECIAL_CASES) == set(tok.rules)
+
+
+def test_symbol_words_are_datatroves():
+    # Gopher's symbol words use datatrove's hand-picked punctuation set, not Unicode's categories
+    from llmctl.data.filters.doc import is_symbol_word
+
+    assert is_symbol_word("...") and is_symbol_word("#") and is_symbol_word("►") and is_symbol_word("１")
+    assert not any(is_symbol_word(w) for w in ("‘", "‚", "¿", "§", "•", "a.", "°"))
+
+
+def test_symbol_set_is_the_installed_datatroves():
+    text = pytest.importorskip("datatrove.utils.text")
+    from llmctl.data.filters import doc
+
+    assert doc._DATATROVE_PUNCTUATION == text.PUNCTUATION_SET
