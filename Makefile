@@ -67,6 +67,7 @@ TRAIN_CONFIG   ?= tiny
 
 demo: setup
 	$(MAKE) --no-print-directory pipeline posttrain WARC='$(CRAWL)' OUT=out/demo
+	$(LLMCTL) eval compare out/demo/eval-mid out/demo/eval
 	$(LLMCTL) eval compare out/demo/eval-rl out/demo/eval-sft
 	$(LLMCTL) lineage out/demo/rl
 
@@ -102,18 +103,34 @@ $(OUT)/run/manifest.json: $(OUT)/tokens/train/manifest.json $(OUT)/tokens/val/ma
 # eval: validation bits per byte, the held-out cloze task and greedy accuracy on the arithmetic
 # problems (examples/tasks/, never in the crawl), each with n, its standard error and a 95% interval.
 TASKS := examples/tasks
+BASE_EVAL := -t loss:$(OUT)/tokens/val -t mc:$(TASKS)/cloze.jsonl -t gsm8k:$(TASKS)/arithmetic.jsonl --max-new-tokens 64
 $(OUT)/eval/manifest.json: $(OUT)/run/manifest.json $(TASKS)/cloze.jsonl $(TASKS)/arithmetic.jsonl
-	$(LLMCTL) eval $(OUT)/run -o $(OUT)/eval --overwrite -t loss:$(OUT)/tokens/val -t mc:$(TASKS)/cloze.jsonl \
-		-t gsm8k:$(TASKS)/arithmetic.jsonl --max-new-tokens 64
+	$(LLMCTL) eval $(OUT)/run -o $(OUT)/eval --overwrite $(BASE_EVAL)
+
+# Midtraining (a WSD decay branch): from the end of the run's stable phase (step 120 of 150), decay
+# to zero over the same 30 steps as the run's own cooldown, but on a mixture: half the crawl, half
+# worked arithmetic (examples/tasks/arithmetic-corpus.jsonl: steps without '#### n', no eval
+# problem). The run's own cooldown is the crawl-only branch: `eval compare` of the two is what the
+# mixture did, everything else equal.
+MID_FROM   := $(OUT)/run/checkpoints/step-000120
+$(OUT)/tokens/arith/manifest.json: $(TASKS)/arithmetic-corpus.jsonl $(OUT)/tokenizer/manifest.json
+	$(LLMCTL) tokenize $(TASKS)/arithmetic-corpus.jsonl -o $(OUT)/tokens/arith --tokenizer $(OUT)/tokenizer --overwrite
+
+$(OUT)/mid/manifest.json: $(OUT)/run/manifest.json $(OUT)/tokens/arith/manifest.json
+	$(LLMCTL) train --data crawl=$(OUT)/tokens/train:0.5 --data arith=$(OUT)/tokens/arith:0.5 --val $(OUT)/tokens/val \
+		--init $(MID_FROM) --init-optimizer --schedule decay --max-tokens 245760 -o $(OUT)/mid --config $(TRAIN_CONFIG) --overwrite
+
+$(OUT)/eval-mid/manifest.json: $(OUT)/mid/manifest.json $(TASKS)/cloze.jsonl $(TASKS)/arithmetic.jsonl
+	$(LLMCTL) eval $(OUT)/mid -o $(OUT)/eval-mid --overwrite $(BASE_EVAL)
 
 # Post-training: chat SFT of the tiny model on the arithmetic problems (half of the solutions end
 # in a check line instead of "#### n": two behaviours, one the verifier reads), GRPO on the same
 # problems with their "#### n" references (headroom and held-out accuracy logged), then the SFT and
 # RL models evaluated side by side on the 300 held-out problems.
-posttrain: setup $(OUT)/eval-sft/manifest.json $(OUT)/eval-rl/manifest.json
+posttrain: setup $(OUT)/eval-mid/manifest.json $(OUT)/eval-sft/manifest.json $(OUT)/eval-rl/manifest.json
 
-$(OUT)/sft/manifest.json: $(OUT)/run/manifest.json $(TASKS)/arithmetic-sft.jsonl stages/train/sft-tiny.toml
-	$(LLMCTL) train --sft $(TASKS)/arithmetic-sft.jsonl --init $(OUT)/run -o $(OUT)/sft --config sft-tiny --overwrite
+$(OUT)/sft/manifest.json: $(OUT)/mid/manifest.json $(TASKS)/arithmetic-sft.jsonl stages/train/sft-tiny.toml
+	$(LLMCTL) train --sft $(TASKS)/arithmetic-sft.jsonl --init $(OUT)/mid -o $(OUT)/sft --config sft-tiny --overwrite
 
 $(OUT)/rl/manifest.json: $(OUT)/sft/manifest.json $(TASKS)/arithmetic-train.jsonl $(TASKS)/arithmetic.jsonl stages/rl/arith.toml
 	$(LLMCTL) rl $(OUT)/sft --prompts $(TASKS)/arithmetic-train.jsonl --eval $(TASKS)/arithmetic.jsonl -o $(OUT)/rl --config arith --overwrite
