@@ -7,8 +7,10 @@ needs only the address):
     -> too_large -> not_html -> decode -> extraction (timeout, empty) -> language ID
 
 Each skipped record is counted under its reason. Extraction is trafilatura's, by default with
-the FineWeb settings (favour precision, no comments, dedupe on; spec §A1, L1215); `fast` is
-trafilatura's fast mode. Language ID is fastText lid.176 with the keep rule of spec §A2.
+the FineWeb settings (favour precision, no comments, dedupe on; spec §A1, L1215; `fast` is
+trafilatura's fast mode), or resiliparse's as DCLM ran it (data/extractors.py): everything before
+and after the extractor is the same for both. Language ID is fastText lid.176 with the keep rule
+of spec §A2.
 
 Work is split into byte ranges of the input files (runtime/split.py), so one 1 GB WARC keeps
 every core busy; the ranges depend only on the inputs, so the output is the same whatever
@@ -35,7 +37,7 @@ from warcio.statusandheaders import StatusAndHeadersParser, StatusAndHeadersPars
 from llmctl.artifacts.docs import STDIO, ShardWriter, part_name
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.artifacts.stdin import StdinReader
-from llmctl.data import langid
+from llmctl.data import extractors, langid
 from llmctl.data.decode import UndecodableError, decode_html
 from llmctl.data.urlfilter import UrlFilter
 from llmctl.data.warc import WarcError, file_size, iter_records, iter_window, sniff, splittable
@@ -69,11 +71,20 @@ REJECTED_SCHEMA = SCHEMA.append(pa.field("reason", pa.string()))
 
 @dataclass
 class ExtractConfig:
+    extractor: str = "trafilatura"  # or "resiliparse" (data/extractors.py)
     fast: bool = False  # trafilatura fast mode (no fallback extractors)
-    favor_precision: bool = True  # FineWeb setting
-    include_comments: bool = False
-    deduplicate: bool = True
-    include_tables: bool = True
+    favor_precision: bool = True  # trafilatura; FineWeb setting
+    include_comments: bool = False  # both extractors: keep comment sections
+    deduplicate: bool = True  # trafilatura
+    include_tables: bool = True  # trafilatura
+    # resiliparse's extract_plain_text options, at its own defaults except main_content
+    main_content: bool = True
+    preserve_formatting: bool = True
+    list_bullets: bool = True
+    alt_texts: bool = True
+    links: bool = False
+    form_fields: bool = False
+    noscript: bool = False
     languages: list[str] = field(default_factory=list)  # empty: score only, keep all
     lang_threshold: float = 0.65  # FineWeb / RefinedWeb (spec §A2)
     langid_model: str | None = None
@@ -82,6 +93,9 @@ class ExtractConfig:
     blocklist_files: list[str] = field(default_factory=list)
     banned_words_files: list[str] = field(default_factory=list)
     keep_rejected: bool = False
+
+    def __post_init__(self):
+        extractors.check_name(self.extractor)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,14 +215,9 @@ class Extractor:
     """Turns one WARC record into (row, None) or (None, skip_reason)."""
 
     def __init__(self, cfg: ExtractConfig):
-        import trafilatura
-        from trafilatura.deduplication import LRU_SIZE, LRUCache
-
         self.cfg = cfg
         self.urls = UrlFilter.from_files(cfg.blocklist_files, cfg.banned_words_files)
-        self._extract = trafilatura.extract
-        # a fresh dedup cache per task keeps output independent of which worker ran what
-        self.dedup = LRUCache(maxsize=LRU_SIZE) if cfg.deduplicate else False
+        self._extract = extractors.make(cfg)  # one per task: trafilatura's dedup cache is per task
 
     def record(self, rec, path: str, offset: int, has_ids: bool = True) -> tuple[dict | None, str | None]:
         """`has_ids` False for legacy ARC, which has no record ids: warcio's conversion makes up a
@@ -245,15 +254,10 @@ class Extractor:
         except UndecodableError:
             return None, "decode"
         try:
+            # a native extractor (resiliparse) is not interrupted mid-call: the alarm fires when
+            # it returns, so a page over the limit is still skipped as timeout, just later
             with time_limit(cfg.timeout):
-                text = self._extract(
-                    html,
-                    fast=cfg.fast,
-                    favor_precision=cfg.favor_precision,
-                    include_comments=cfg.include_comments,
-                    include_tables=cfg.include_tables,
-                    deduplicate=self.dedup,
-                )
+                text = self._extract(html)
         except _Timeout:
             return None, "timeout"
         if not text or not text.strip():
@@ -332,16 +336,6 @@ def extract_shard(task: Task, out: Path, report, cfg: ExtractConfig) -> dict:
     }
 
 
-def warm_up() -> None:
-    """Import trafilatura and build its justext stop-word list once, before the workers fork,
-    instead of once in every worker (~0.25 s each, measured on pages-a.warc.gz)."""
-    import trafilatura.external
-
-    init = getattr(trafilatura.external, "jt_stoplist_init", None)  # internal; absent in some versions
-    if init is not None and getattr(trafilatura.external, "JT_STOPLIST", None) is None:
-        init()
-
-
 @dataclass
 class _ShardFn:
     """Picklable binding of the config to the task function."""
@@ -376,7 +370,10 @@ def run_crawl_extract(
             raise UsageError("--lang-threshold must be between 0 and 1")
         model_path = langid.find_model(cfg.langid_model)
         langid.load(model_path)  # load before forking so workers share the pages, and fail early
-        warm_up()
+        extractors.warm_up(cfg.extractor)
+        # pyarrow imports pandas the first time it builds an array (~0.5 s of CPU): do it once here,
+        # before the workers fork, not once in every worker
+        pa.Table.from_pylist([], schema=SCHEMA)
         UrlFilter.from_files(cfg.blocklist_files, cfg.banned_words_files)  # an unreadable list fails here, once
         if inputs != [STDIO]:
             try:

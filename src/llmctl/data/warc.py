@@ -31,6 +31,9 @@ logging.getLogger("warcio").addHandler(logging.NullHandler())
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 READ_BLOCK = 1 << 20
+# Reads while decompressing members: Common Crawl members are a few KiB compressed, so a small
+# block keeps the copy of what is left over after each member (zlib's unused_data) cheap.
+MEMBER_BLOCK = 64 << 10
 SNIFF_BYTES = 4096  # enough of a gzip member to see the "WARC/" its content starts with
 # How far past a range start we look for the next record before deciding the range holds none.
 # A single WARC record larger than this (a big video) just means the range's task finds nothing.
@@ -187,32 +190,42 @@ def _find_member(f, pos: int, limit: int = RESYNC_LIMIT) -> int | None:
     return None
 
 
-def _read_member(f, offset: int) -> tuple[bytes, int]:
-    """Decompress the gzip member at `offset`; return (content, offset of the next member)."""
-    f.seek(offset)
+def _read_member(f, offset: int, head: bytes = b"") -> tuple[bytes, int, bytes]:
+    """Decompress the gzip member at `offset`; return (content, offset of the next member, the
+    bytes already read past this member). `head`: bytes already read from `offset` on (what the
+    previous member's read left over), so a file of small members is read once, in MEMBER_BLOCK
+    reads, instead of once per member."""
+    if not head:
+        f.seek(offset)
+        head = f.read(MEMBER_BLOCK)
     d = zlib.decompressobj(31)
     out = []
     consumed = 0
-    while not d.eof:
-        block = f.read(READ_BLOCK)
+    block = head
+    while True:
         if not block:
             raise EOFError("gzip member is truncated (file ends inside it)")
         out.append(d.decompress(block))
-        consumed += len(block) - len(d.unused_data)
-    return b"".join(out), offset + consumed
+        if d.eof:
+            rest = d.unused_data
+            return b"".join(out), offset + consumed + len(block) - len(rest), rest
+        consumed += len(block)
+        block = f.read(MEMBER_BLOCK)
 
 
 def _iter_gzip(f, pos: int | None, end: int | None) -> Iterator[WarcRecord | WarcError]:
+    size = _size(f)
+    rest = b""
     while pos is not None and (end is None or pos < end):
         try:
-            content, nxt = _read_member(f, pos)
+            content, nxt, rest = _read_member(f, pos, rest)
         except (zlib.error, EOFError) as e:
             yield WarcError(pos, f"damaged gzip member: {e}")
-            pos = _find_member(f, pos + 1)
+            pos, rest = _find_member(f, pos + 1), b""
             continue
         if content:
             yield from _records_in(content, pos)
-        pos = nxt if nxt < _size(f) else None
+        pos = nxt if nxt < size else None
 
 
 def _size(f) -> int:
