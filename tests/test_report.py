@@ -183,8 +183,9 @@ def test_eval_and_rl_sections_match_results_and_rollouts(demo):
                                    "eval", "eval-sft", "eval-rl")]
     assert [Path(r[1]) for r in totals[:-1]] == expected
     assert [r[3] for r in totals[:-1]] == [manifest(p)["wall_seconds"] for p in expected]
+    assert [r[4] for r in totals[:-1]] == [1 if p.name in ("run", "mid", "sft", "rl") else None for p in expected]
     for r, p in zip(totals, expected):
-        assert r[5] == sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        assert r[6] == sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
 def test_markdown_and_html_show_the_figures(demo):

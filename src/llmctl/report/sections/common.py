@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,3 +46,12 @@ def per_second(count, seconds) -> float | None:
 
 def changed_note(a: Artifact) -> list[str]:
     return [f"{a.path} changed after the next stage read it (its manifest's sha256 differs from the recorded one)."] if a.changed else []
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object file a stage wrote beside its manifest (a run's config.json), or {} when absent."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

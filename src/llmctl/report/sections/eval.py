@@ -22,6 +22,9 @@ def sections(lineage: Lineage, images: Images) -> list[Section]:
     for ev in lineage.evals:
         s.notes += changed_note(ev)
         results = _results(ev)
+        if results is None:
+            s.notes.append(f"{ev.path}: results.json is missing or unreadable; its scores are not shown.")
+            continue
         model = model_of(ev)
         measured.append([ev.path.name, str(model) if model else results.get("checkpoint"), results.get("step"),
                          results.get("weights"), ev.manifest.wall_seconds])
@@ -45,12 +48,12 @@ def sections(lineage: Lineage, images: Images) -> list[Section]:
     return [s]
 
 
-def _results(ev: Artifact) -> dict:
+def _results(ev: Artifact) -> dict | None:
     try:
         data = json.loads((ev.path / "results.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{ev.path}: unreadable results.json ({e})") from None
-    return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _pairs(evals: list[Artifact]) -> tuple[list[list], list[str]]:

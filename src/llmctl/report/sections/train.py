@@ -9,7 +9,6 @@ tokens the run processed. MFU is the median of the per-step MFU the trainer logg
 
 from __future__ import annotations
 
-import json
 import statistics
 
 from llmctl.model.config import ModelConfig
@@ -17,7 +16,7 @@ from llmctl.plan import arithmetic
 from llmctl.plan.arch import from_model_config
 from llmctl.report.collect import Artifact, Lineage
 from llmctl.report.page import Figure, Section, Table
-from llmctl.report.sections.common import Images, per_artifact
+from llmctl.report.sections.common import Images, per_artifact, read_json
 from llmctl.train.plots import plot_run, read_metrics
 
 CURVES = ("loss.png", "bits_per_byte.png")
@@ -45,7 +44,7 @@ def _fill(a: Artifact, s: Section, images: Images) -> None:
     m, c = a.manifest, a.manifest.counts
     kind = role(a)
     s.title = f"train ({kind}): {a.path.name}"
-    run_cfg = _read_json(a.path / "config.json")
+    run_cfg = read_json(a.path / "config.json")
     model, train = m.config.get("model", {}), m.config.get("train", {})
     tokens = c.get("tokens")
     per_token = flops = None
@@ -103,11 +102,3 @@ def _fill(a: Artifact, s: Section, images: Images) -> None:
     if rewinds:
         s.tables.append(Table(["spike at step", "loss", "z", "back to step"], [[e.get("spike_step"), e.get("loss"), e.get("z"), e.get("to_step")] for e in rewinds],
                               "rewinds (--on-spike rewind)"))
-
-
-def _read_json(path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
