@@ -19,6 +19,10 @@ import pytest
 
 from conftest import CRAWL, ROOT, llmctl
 from llmctl.report.build import write_report
+from test_train_stability import Spiky
+from test_train_stability import cfg as stability_cfg
+from test_train_stability import tokens as stability_tokens  # noqa: F401  (a fixture)
+from test_train_stability import train as stability_train
 
 TASKS = ROOT / "examples" / "tasks"
 MODEL = ["--set", "model.n_layers=2", "--set", "model.d_model=64", "--set", "model.n_heads=4", "--set", "model.n_kv_heads=2",
@@ -246,3 +250,15 @@ def test_bad_input_is_one_line_exit_2(demo, tmp_path):
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     assert llmctl("report", demo / "rl", "-o", tmp_path / "busy").returncode == 2
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+
+
+def test_spikes_and_skipped_steps_from_the_run_that_had_them(stability_tokens, tmp_path):
+    """A run whose step 15 spikes (test_train_stability's planted spike) under --on-spike skip-batch."""
+    run = tmp_path / "run"
+    m = stability_train(stability_tokens, run, stability_cfg(on_spike="skip-batch", max_steps=16), source=Spiky(stability_tokens, bad={14}))
+    s = {x.key: x for x in write_report(run, tmp_path / "r").report.sections}
+    assert list(s) == ["tokenize", "train", "totals"]  # tokens made from a Parquet file: no crawl, filter or dedup
+    spiked = [r for r in (json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()) if "spike" in r]
+    table = next(t for t in s["train"].tables if t.caption.startswith("loss spikes"))
+    assert table.rows == [[r["step"], r["loss"], r["spike"], True] for r in spiked] and [r[0] for r in table.rows] == [15]
+    assert s["train"].facts["spike-skipped steps"] == m.counts["spike_skipped_steps"] == 1

@@ -49,7 +49,7 @@ def write_report(path: str | Path, out: str | Path, evals: list[str] | None = No
         sections = build_sections(lineage, Images(out))
         report = Report(str(lineage.root), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), __version__, sections)
         paths = [out / name for name in FILES]
-        write_text(paths[2], json.dumps(report.to_dict(), indent=1, ensure_ascii=False, allow_nan=True) + "\n")
+        write_text(paths[2], json.dumps(report.to_dict(), indent=1, ensure_ascii=False, allow_nan=False) + "\n")
         write_text(paths[0], markdown.render(report))
         write_text(paths[1], html.render(report, out))
     return Written(report, out, paths[0], paths[1], paths[2], sum(len(s.figures) for s in sections))

@@ -43,7 +43,19 @@ class Report:
     sections: list[Section]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As JSON-able data; a non-finite float (a skipped step's loss) becomes "nan" / "inf", which
+        strict JSON readers (a browser's JSON.parse) accept where NaN is not JSON."""
+        return _finite(asdict(self))
+
+
+def _finite(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
 
 
 def fmt(v: Any) -> str:
