@@ -252,7 +252,7 @@ def test_bad_input_is_one_line_exit_2(demo, tmp_path):
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
 
 
-def test_spikes_and_skipped_steps_from_the_run_that_had_them(stability_tokens, tmp_path):
+def test_spikes_and_skipped_steps_from_the_run_that_had_them(stability_tokens, tmp_path):  # noqa: F811
     """A run whose step 15 spikes (test_train_stability's planted spike) under --on-spike skip-batch."""
     run = tmp_path / "run"
     m = stability_train(stability_tokens, run, stability_cfg(on_spike="skip-batch", max_steps=16), source=Spiky(stability_tokens, bad={14}))
