@@ -46,6 +46,8 @@ def demo(tmp_path_factory):
     llmctl("filter", d / "docs", "-o", d / "filtered", "--config", "fineweb", "--keep-rejected", "--workers", "2", "-q", check=True)
     llmctl("dedup", d / "filtered", "-o", d / "dedup", "--config", "minhash", "-q", check=True)
     llmctl("tokenize", "train", d / "dedup", "-o", d / "tokenizer", "--vocab-size", "320", "-q", check=True)
+    premium = llmctl("tokenize", "report", d / "tokenizer", "--sample", d / "docs", "--json", check=True).stdout  # every language
+    (d / "tokenizer" / "report.json").write_bytes(premium)  # where report looks for the per-language premium
     for split in ("train", "val"):
         llmctl("tokenize", d / "dedup", "-o", d / "tokens" / split, "--tokenizer", d / "tokenizer", "--split", split,
                "--val-fraction", "0.05", "-q", check=True)
@@ -127,7 +129,9 @@ def test_data_sections_match_their_manifests(demo):
     for row in rows(tok, "token artifacts"):
         c = manifest(demo / "tokens" / row[0])["counts"]
         assert row[2:5] == [c["docs"], c["tokens"], c["bytes"]] and row[5] == pytest.approx(c["bytes"] / c["tokens"], abs=1e-4)
-    assert any("no per-language premium" in n for n in tok["notes"])
+    premium = json.loads((demo / "tokenizer" / "report.json").read_text())
+    assert len(premium["languages"]) > 1 and tok["facts"]["bytes_per_token"] == premium["bytes_per_token"]
+    assert rows(tok, "per-language premium") == [[k, v["docs"], v["tokens_per_char"], v["premium_vs_en"]] for k, v in premium["languages"].items()]
 
 
 def test_train_sections_match_manifests_metrics_and_the_flops_formula(demo):
@@ -242,7 +246,7 @@ def test_missing_stages_give_no_section(demo, tmp_path):
 
 def test_bad_input_is_one_line_exit_2(demo, tmp_path):
     for args in (["report", tmp_path, "-o", tmp_path / "r"], ["report", demo / "rl", "-o", demo / "run"],
-                 ["report", demo / "rl", "-o", tmp_path / "r", "--eval", demo / "run"]):
+                 ["report", demo / "rl", "-o", tmp_path / "r", "--eval", demo / "run"], ["report", demo / "rl", "-o", "-"]):
         p = llmctl(*args)
         err = p.stderr.decode().strip()
         assert p.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
@@ -258,6 +262,7 @@ def test_spikes_and_skipped_steps_from_the_run_that_had_them(stability_tokens, t
     m = stability_train(stability_tokens, run, stability_cfg(on_spike="skip-batch", max_steps=16), source=Spiky(stability_tokens, bad={14}))
     s = {x.key: x for x in write_report(run, tmp_path / "r").report.sections}
     assert list(s) == ["tokenize", "train", "totals"]  # tokens made from a Parquet file: no crawl, filter or dedup
+    assert any("no per-language premium" in n for n in s["tokenize"].notes)  # no tokenize report beside the tokenizer
     spiked = [r for r in (json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()) if "spike" in r]
     table = next(t for t in s["train"].tables if t.caption.startswith("loss spikes"))
     assert table.rows == [[r["step"], r["loss"], r["spike"], True] for r in spiked] and [r[0] for r in table.rows] == [15]

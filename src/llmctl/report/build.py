@@ -37,6 +37,8 @@ def write_report(path: str | Path, out: str | Path, evals: list[str] | None = No
     """The report of `path` in folder `out` (created; a previous report there is replaced, any other
     non-empty folder or an artifact is refused). `evals`: eval results to include by name; `discover`:
     also the evals beside the lineage's artifacts that measured one of its runs (report/collect.py)."""
+    if str(out) == "-":
+        raise UsageError("a report is a folder (report.md, index.html, report.json, img/); -o - names none")
     out = Path(out)
     lineage = collect(path, evals, discover)
     if has_manifest(out):
