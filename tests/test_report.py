@@ -130,7 +130,7 @@ def test_data_sections_match_their_manifests(demo):
         c = manifest(demo / "tokens" / row[0])["counts"]
         assert row[2:5] == [c["docs"], c["tokens"], c["bytes"]] and row[5] == pytest.approx(c["bytes"] / c["tokens"], abs=1e-4)
     premium = json.loads((demo / "tokenizer" / "report.json").read_text())
-    assert len(premium["languages"]) > 1 and tok["facts"]["bytes_per_token"] == premium["bytes_per_token"]
+    assert len(premium["languages"]) > 1 and tok["facts"]["bytes / token (report sample)"] == premium["bytes_per_token"]
     assert rows(tok, "per-language premium") == [[k, v["docs"], v["tokens_per_char"], v["premium_vs_en"]] for k, v in premium["languages"].items()]
 
 
@@ -181,9 +181,14 @@ def test_eval_and_rl_sections_match_results_and_rollouts(demo):
                                              for r in recs if "eval" in r]
     assert rows(rl, "per step")[-1][:2] == [2, recs[-1]["reward_mean"]]
     for step in (1, 2):
-        first = pq.read_table(demo / "rl" / "rollouts" / f"step-{step:06d}.parquet").to_pylist()[:4]
+        samples = pq.read_table(demo / "rl" / "rollouts" / f"step-{step:06d}.parquet").to_pylist()
         shown = rows(rl, f"sampled completions (step-{step:06d}")
-        assert [[r[0], r[2], r[3]] for r in shown] == [[x["step"], x["completion"], x["reward"]] for x in first]
+        firsts = list(dict.fromkeys(x["prompt_index"] for x in samples))[:4]
+        assert len(shown) == len(firsts) >= 2  # --prompts-per-step 2, and more with dynamic sampling
+        for row, i in zip(shown, firsts):
+            group = [x for x in samples if x["prompt_index"] == i]
+            assert row[6] == [x["reward"] for x in group] and row[3] == max(row[6])
+            assert [row[0], row[2]] in [[x["step"], x["completion"]] for x in group if x["reward"] == row[3]]
     assert {"reward.png", "accuracy.png", "length.png", "zero_variance.png"} <= {Path(f["file"]).name for f in rl["figures"]}
 
     totals = rows(s["totals"], "every artifact")

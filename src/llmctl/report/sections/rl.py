@@ -1,7 +1,8 @@
 """rl: the curves of an rl run (train/plots.py: reward, accuracy with the held-out accuracy and its
 interval, entropy, length, share of zero-variance groups), the held-out evaluations and headroom it
 logged, and a few sampled completions of its first and last step (rollouts/step-*.parquet, in
-their stored order) with their rewards."""
+their stored order: the best-rewarded completion of each of the first groups, so the table shows
+several prompts) with their rewards."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from llmctl.report.page import Figure, Section, Table
 from llmctl.report.sections.common import Images, per_artifact
 from llmctl.train.plots import RL_CURVES, plot_run, read_metrics
 
-SAMPLES_PER_STEP = 4
+GROUPS_SHOWN = 4
 MAX_CHARS = 400  # a completion is cut here in the table (the Parquet file has it whole)
 
 
@@ -65,10 +66,14 @@ def _samples(a: Artifact) -> list[Table]:
     chosen = files[:1] + files[-1:] if len(files) > 1 else files
     tables = []
     for f in chosen:
-        rows = pq.read_table(f).slice(0, SAMPLES_PER_STEP).to_pylist()
-        tables.append(Table(["step", "prompt", "completion", "reward", "correct", "advantage"],
-                            [[r.get("step"), _cut(r.get("prompt")), _cut(r.get("completion")), r.get("reward"), r.get("correct"), r.get("advantage")]
-                             for r in rows], f"sampled completions ({f.name}, the first {len(rows)})"))
+        groups: dict = {}  # prompt_index -> its samples, groups in stored order
+        for r in pq.read_table(f).to_pylist():
+            groups.setdefault(r.get("prompt_index"), []).append(r)
+        best = [max(g, key=lambda r: r.get("reward") or 0.0) for g in list(groups.values())[:GROUPS_SHOWN]]
+        tables.append(Table(["step", "prompt", "completion", "reward", "correct", "advantage", "of the group's rewards"],
+                            [[r.get("step"), _cut(r.get("prompt")), _cut(r.get("completion")), r.get("reward"), r.get("correct"),
+                              r.get("advantage"), [x.get("reward") for x in g]] for r, g in zip(best, groups.values())],
+                            f"sampled completions ({f.name}): the best-rewarded of each of the first {len(best)} groups"))
     return tables
 
 

@@ -56,7 +56,9 @@ def _premium(a: Artifact, s: Section) -> None:
     except (OSError, ValueError) as e:
         s.notes.append(f"{f} is unreadable ({e}): no per-language premium.")
         return
-    s.facts.update({k: r[k] for k in ("bytes_per_token", "chars_per_token", "vocab_utilization") if k in r})
+    labels = {"bytes_per_token": "bytes / token (report sample)", "chars_per_token": "characters / token (report sample)",
+              "vocab_utilization": "share of the vocabulary used (report sample)"}
+    s.facts.update({label: r[k] for k, label in labels.items() if k in r})
     langs = r.get("languages") or {}
     if langs:
         s.tables.append(Table(["language", "documents", "tokens / character", "premium vs en"],
