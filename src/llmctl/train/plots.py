@@ -1,9 +1,13 @@
 """`llmctl plot RUN -o DIR`: the curves a run's metrics.jsonl holds, one PNG each — a train run's
 loss, bits per byte, lr, gradient norm and throughput, or an rl run's reward, accuracy (with the
-held-out accuracy and its interval), entropy and response length."""
+held-out accuracy and its interval), entropy and response length. The bits-per-byte curve carries the
+unigram floor of the validation tokens when the run's manifest records it (a finished pretraining run).
+`llmctl report` draws its train and rl curves through `plot_run` too."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection
 from pathlib import Path
 
 from llmctl.artifacts.lock import output_lock
@@ -41,7 +45,7 @@ def read_metrics(run: Path) -> tuple[list[dict], list[dict]]:
     return steps, vals
 
 
-def _save(fig, ax, path: Path, title: str, xlabel: str, ylabel: str, log: bool, legend: bool) -> Path:
+def save_figure(fig, ax, path: Path, title: str, xlabel: str, ylabel: str, log: bool, legend: bool) -> Path:
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if log:
         ax.set_yscale("log")
@@ -53,12 +57,23 @@ def _save(fig, ax, path: Path, title: str, xlabel: str, ylabel: str, log: bool, 
     return path
 
 
-def plot_run(run: Path, out: Path) -> list[Path]:
+def unigram_floor(run: Path) -> float | None:
+    """The unigram bits per byte a finished pretraining run recorded in its manifest, else None."""
+    try:
+        counts = json.loads((run / "manifest.json").read_text(encoding="utf-8")).get("counts", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    floor = counts.get("val_unigram_bits_per_byte") if isinstance(counts, dict) else None
+    return float(floor) if isinstance(floor, (int, float)) else None
+
+
+def plot_run(run: Path, out: Path, only: Collection[str] | None = None) -> list[Path]:
+    """The run's curves as PNGs in `out`; `only`: just these file names (e.g. {"loss.png"})."""
     with output_lock(out):
-        return _plot_run(run, out)
+        return _plot_run(run, out, only)
 
 
-def _plot_run(run: Path, out: Path) -> list[Path]:
+def _plot_run(run: Path, out: Path, only: Collection[str] | None) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,9 +82,12 @@ def _plot_run(run: Path, out: Path) -> list[Path]:
     steps, vals = read_metrics(run)
     out.mkdir(parents=True, exist_ok=True)
     if any("reward_mean" in r for r in steps):
-        return _plot_rl(steps, out, plt)
+        return _plot_rl(steps, out, plt, only)
+    floor = unigram_floor(run) if run.is_dir() else None
     written = []
     for name, title, key, ylabel, log in CURVES:
+        if only is not None and name not in only:
+            continue
         fig, ax = plt.subplots(figsize=(6, 3.5))
         train = [(r["tokens"], r[key]) for r in steps if r.get(key) is not None]
         val = [(r["tokens"], r["val"][key]) for r in vals if r["val"].get(key) is not None]
@@ -80,16 +98,22 @@ def _plot_run(run: Path, out: Path) -> list[Path]:
             ax.plot(*zip(*val), "o-", label="validation", ms=3)
         if ema:  # --ema-decay: the moving average of the weights, validated on the same windows
             ax.plot(*zip(*ema), "s--", label="validation, EMA weights", ms=3)
+        with_floor = key == "bits_per_byte" and floor is not None and bool(val)
+        if with_floor:  # the bits per byte a model that ignores context gets: what training has to beat
+            ax.axhline(floor, ls="--", c="grey", label=f"unigram floor {floor:.3f}")
         if train or val:
-            written.append(_save(fig, ax, out / name, title, "tokens", ylabel, log, legend=bool(train and val) or bool(ema)))
+            written.append(save_figure(fig, ax, out / name, title, "tokens", ylabel, log,
+                                       legend=bool(train and val) or bool(ema) or with_floor))
         plt.close(fig)
     return written
 
 
-def _plot_rl(records: list[dict], out: Path, plt) -> list[Path]:
+def _plot_rl(records: list[dict], out: Path, plt, only: Collection[str] | None = None) -> list[Path]:
     written = []
     held_out = [(r["step"], r["eval"]) for r in records if r.get("eval")]
     for name, title, key, ylabel, log in RL_CURVES:
+        if only is not None and name not in only:
+            continue
         fig, ax = plt.subplots(figsize=(6, 3.5))
         series = [(r["step"], r[key]) for r in records if r.get(key) is not None]
         if series:
@@ -100,6 +124,6 @@ def _plot_rl(records: list[dict], out: Path, plt) -> list[Path]:
             ax.errorbar(x, [e["mean"] for _, e in held_out], fmt="o-", ms=3, capsize=3, label="held-out, 95% interval",
                         yerr=[[e["mean"] - e["ci_low"] for _, e in held_out], [e["ci_high"] - e["mean"] for _, e in held_out]])
         if series or with_held_out:
-            written.append(_save(fig, ax, out / name, title, "step", ylabel, log, legend=with_held_out))
+            written.append(save_figure(fig, ax, out / name, title, "step", ylabel, log, legend=with_held_out))
         plt.close(fig)
     return written
