@@ -378,7 +378,7 @@ def profile_child(warc: str) -> None:
     from resiliparse.extract.html2text import extract_plain_text
     from trafilatura.deduplication import LRU_SIZE, LRUCache
 
-    from llmctl.artifacts.docs import ShardWriter
+    from llmctl.artifacts.docs_write import ShardWriter
     from llmctl.data import langid
     from llmctl.data.decode import decode_html
     from llmctl.data.extract import SCHEMA, http_headers, page_title

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from llmctl.artifacts.card import CARD
-from llmctl.artifacts.docs import DocsSink, ShardWriter, open_docs_inputs, read_source, resolve_docs_inputs, row_count
+from llmctl.artifacts.docs import open_docs_inputs, read_source, resolve_docs_inputs, row_count
+from llmctl.artifacts.docs_write import DocsSink, ShardWriter
 from llmctl.data.cat import CatConfig, run_cat
 from llmctl.data.filter import FilterConfig, run_filter
 from llmctl.runtime.options import RunOptions

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llmctl.artifacts.docs import DocsSink
+from llmctl.artifacts.docs_write import DocsSink
 from llmctl.artifacts.manifest import Manifest, lineage, read_manifest, write_manifest
 from llmctl.data.filters.base import build_step
 from llmctl.data.filters.classifier import (

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from llmctl.artifacts.docs import ShardWriter, part_name
+from llmctl.artifacts.docs import part_name
+from llmctl.artifacts.docs_write import ShardWriter
 from llmctl.artifacts.manifest import read_manifest
 from llmctl.errors import StageFailed, UsageError
 from conftest import CRAWL

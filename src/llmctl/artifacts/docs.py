@@ -1,13 +1,10 @@
 """The docs artifact: Parquet shards (zstd) or an Arrow IPC stream when the path is `-`.
 
-This is the one reader and the one writer of documents. Readers accept our own artifacts and
+This is the one reader of documents (artifacts/docs_write.py is the one writer). Readers accept our own artifacts and
 foreign data alike: any Parquet file, directory of Parquet files, Arrow IPC file, Hugging Face
 `save_to_disk` folder (artifacts/hf_saved.py) or JSONL(.gz) file with a `text` column (a Hugging
 Face dataset saved as Parquet or with save_to_disk, a datatrove JSONL output). When `id` is
 missing it is derived from the file name and row number, so it is stable across runs.
-
-Writers are atomic: rows go to a hidden temporary file that is renamed into place only when the
-shard is complete, so a crash never leaves a half shard that looks finished.
 """
 
 from __future__ import annotations
@@ -31,9 +28,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from llmctl.artifacts.atomic import STDIO, sync_dir, sync_file, temp_name
+from llmctl.artifacts.atomic import STDIO
 from llmctl.artifacts.hf_saved import METADATA_FILES, saved_dataset_files
-from llmctl.artifacts.manifest import MANIFEST, input_ref, output_entry, read_manifest
+from llmctl.artifacts.manifest import MANIFEST, input_ref, read_manifest
 from llmctl.artifacts.stdin import StdinReader
 from llmctl.errors import UsageError
 
@@ -584,142 +581,3 @@ def _open_stdin_stream(stream: StdinReader) -> pa.RecordBatchStreamReader:
         return pa.ipc.open_stream(stream)
     except (pa.ArrowInvalid, OSError) as e:
         raise UsageError(f"stdin is not an Arrow IPC stream of docs ({str(e).splitlines()[0]})") from e
-
-
-def spool_stdin(tmpdir: str | os.PathLike, rows_per_part: int = 100_000, stdin=None) -> tuple[list[DocsSource], dict]:
-    """A stream on stdin becomes Parquet parts in `tmpdir`, so a multi-process stage can shard
-    it like files (a pipe can only be read once, by one process). Returns the parts and the
-    stream's manifest entry. Rows keep the ids they were read with (`stdin/ROW` when the stream
-    has none), not ids of the parts. Rows without text are kept (the stage's shards skip and count
-    them); a stream that breaks off is a usage error, since the parts have no manifest to count it in."""
-    inp = open_docs_inputs([STDIO], stdin=stdin)
-    sink = DocsSink(Path(tmpdir), inp.schema, rows_per_part=rows_per_part)
-    for b in inp.batches:
-        sink.write(b)
-    sink.close()
-    if inp.log.errors:
-        raise UsageError(f"stdin: {inp.log.errors[0]['error']}")
-    sources = [DocsSource(str(Path(tmpdir) / o["file"]), "parquet", f"stdin/{o['file']}") for o in sink.outputs]
-    return sources, inp.refs([STDIO])[0]
-
-
-def sharded_inputs(args: list[str], spool_dir: str | os.PathLike, stdin=None) -> tuple[list[DocsSource], list[dict]]:
-    """What a multi-process docs stage shards over, and its manifest's entries for them: files
-    as they are; `-` (alone) spooled into `spool_dir`, which must outlive the stage's tasks. Their
-    columns are checked here, in the driver (`source_schemas`), before any work."""
-    if args == [STDIO]:
-        sources, ref = spool_stdin(spool_dir, stdin=stdin)
-        refs = [ref]
-    else:
-        sources, refs = resolve_docs_inputs(args), [input_ref(p) for p in args]
-    source_schemas(sources)
-    return sources, refs
-
-
-# ---------------------------------------------------------------------------------------------
-# Writing
-
-
-class ShardWriter:
-    """Writes one Parquet shard atomically: hidden temp file, renamed on `close()`."""
-
-    def __init__(self, path: str | os.PathLike, schema: pa.Schema):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = temp_name(self.path)
-        self.schema = schema
-        self.rows = 0
-        self._writer = pq.ParquetWriter(self.tmp, schema, compression=COMPRESSION)
-
-    def write(self, data: pa.RecordBatch | pa.Table) -> None:
-        if data.num_rows == 0:
-            return
-        if isinstance(data, pa.RecordBatch):
-            data = pa.Table.from_batches([conform(data, self.schema)])
-        self._writer.write_table(data)
-        self.rows += data.num_rows
-
-    def close(self) -> Path:
-        """Finish, fsync and rename the shard; on any failure (a full disk) the temporary goes."""
-        try:
-            self._writer.close()
-            sync_file(self.tmp)
-            os.replace(self.tmp, self.path)
-        except BaseException:
-            self.tmp.unlink(missing_ok=True)
-            raise
-        sync_dir(self.path.parent)
-        return self.path
-
-    def abort(self) -> None:
-        self._writer.close()
-        self.tmp.unlink(missing_ok=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, *_):
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-
-
-class DocsSink:
-    """Sequential docs output: an artifact directory of parts, or an Arrow stream for `-`.
-
-    Used by the single-process commands (cat, head) and by the stage driver when it streams
-    finished shards to stdout. `outputs` lists the written parts for the manifest.
-    """
-
-    def __init__(self, out: Path | str, schema: pa.Schema, rows_per_part: int = 1_000_000, stdout=None):
-        if rows_per_part < 1:  # `write` fills parts of this many rows: 0 would never fill one
-            raise UsageError(f"rows per part must be >= 1, got {rows_per_part}")
-        self.schema = schema
-        self.rows_per_part = rows_per_part
-        self.rows = 0
-        self.outputs: list[dict] = []
-        self._stream = None
-        self._shard: ShardWriter | None = None
-        if str(out) == STDIO:
-            self.out = None
-            self._stream = pa.ipc.new_stream(stdout if stdout is not None else sys.stdout.buffer, schema)
-        else:
-            self.out = Path(out)
-            self.out.mkdir(parents=True, exist_ok=True)
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        batch = conform(batch, self.schema)
-        if self._stream is not None:
-            if batch.num_rows:
-                self._stream.write_batch(batch)
-            self.rows += batch.num_rows
-            return
-        while batch.num_rows:
-            if self._shard is None:
-                self._shard = ShardWriter(self.out / part_name(len(self.outputs)), self.schema)
-            room = self.rows_per_part - self._shard.rows
-            head, batch = batch.slice(0, room), batch.slice(room)
-            self._shard.write(head)
-            self.rows += head.num_rows
-            if self._shard.rows >= self.rows_per_part:
-                self._finish_shard()
-
-    def _finish_shard(self) -> None:
-        rows = self._shard.rows
-        path = self._shard.close()
-        self.outputs.append(output_entry(path, rows, self.out))
-        self._shard = None
-
-    def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-            return
-        if self._shard is not None or not self.outputs:
-            if self._shard is None:  # an empty result is still a valid artifact with one empty part
-                self._shard = ShardWriter(self.out / part_name(0), self.schema)
-            self._finish_shard()
-
-    def abort(self) -> None:
-        if self._shard is not None:
-            self._shard.abort()

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from llmctl.artifacts.atomic import STDIO, prepare_new_out
 from llmctl.artifacts.lock import output_lock
-from llmctl.artifacts.docs import DocsSink, open_docs_inputs
+from llmctl.artifacts.docs import open_docs_inputs
+from llmctl.artifacts.docs_write import DocsSink
 from llmctl.artifacts.manifest import Manifest, error_place, input_ref, write_manifest
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.progress import Progress

@@ -34,7 +34,8 @@ from pathlib import Path
 import pyarrow as pa
 from warcio.statusandheaders import StatusAndHeadersParser, StatusAndHeadersParserException
 
-from llmctl.artifacts.docs import STDIO, ShardWriter, part_name
+from llmctl.artifacts.docs import STDIO, part_name
+from llmctl.artifacts.docs_write import ShardWriter
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.artifacts.stdin import StdinReader
 from llmctl.data import extractors, langid

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, ShardWriter, part_name, read_source, row_count, sharded_inputs, source_schema
+from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, part_name, read_source, row_count, source_schema
+from llmctl.artifacts.docs_write import ShardWriter, sharded_inputs
 from llmctl.artifacts.manifest import Manifest
 from llmctl.data.filters import STEPS, Doc, Step, all_stats, build_step, first_failure
 from llmctl.errors import UsageError

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, ShardWriter, open_docs_inputs, read_source, resolve_docs_inputs, row_count, sharded_inputs, source_schemas
+from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count, source_schemas
+from llmctl.artifacts.docs_write import ShardWriter, sharded_inputs
 from llmctl.artifacts.atomic import atomic_path, prepare_new_out
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, error_place, file_sha256, input_ref, write_manifest

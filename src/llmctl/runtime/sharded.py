@@ -38,7 +38,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from llmctl.artifacts.atomic import STDIO, clear_dir, disk_error, entries, remove_stale_temps, write_text
-from llmctl.artifacts.docs import DocsSink, unify_schemas
+from llmctl.artifacts.docs import unify_schemas
+from llmctl.artifacts.docs_write import DocsSink
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, error_place, input_identity, output_entry, write_manifest
 from llmctl.errors import StageFailed, UsageError

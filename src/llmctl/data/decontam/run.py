@@ -36,7 +36,8 @@ import numpy as np
 import pyarrow as pa
 
 from llmctl.artifacts.atomic import write_text
-from llmctl.artifacts.docs import STDIO, DocsSource, ReadLog, ShardWriter, part_name, read_source, row_count, sharded_inputs, source_schema
+from llmctl.artifacts.docs import STDIO, DocsSource, ReadLog, part_name, read_source, row_count, source_schema
+from llmctl.artifacts.docs_write import ShardWriter, sharded_inputs
 from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, output_entry, write_manifest
 from llmctl.data.decontam.against import EvalTask, resolve_task_files
 from llmctl.data.decontam.index import EvalIndex, build_index, match_docs

@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, ShardWriter, part_name, read_source, row_count, sharded_inputs, source_schema
+from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, part_name, read_source, row_count, source_schema
+from llmctl.artifacts.docs_write import ShardWriter, sharded_inputs
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
