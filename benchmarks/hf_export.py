@@ -50,8 +50,8 @@ def main() -> None:
     import transformers
 
     from llmctl.artifacts.checkpoint import load_model
-    from llmctl.model.generate import SamplingParams
-    from llmctl.model.vocab import Vocab
+    from llmctl.model.generate import Engine, SamplingParams
+    from llmctl.tokenizer.vocab import Vocab
     from llmctl.tasks import GenScoring
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-hf-export-"))
@@ -72,7 +72,7 @@ def main() -> None:
 
     items = [json.loads(line) for line in PROBLEMS.read_text().splitlines()[: args.limit]]
     prompts = [chat.prompt_ids([{"role": "user", "content": it["question"]}]) for it in items]
-    gens = vocab.engine(ours, chat=True, batch_size=16).generate(prompts, SamplingParams(max_new_tokens=args.max_new_tokens))
+    gens = Engine.for_vocab(ours, vocab, chat=True, batch_size=16).generate(prompts, SamplingParams(max_new_tokens=args.max_new_tokens))
     same_text = same_stop = hf_stopped = 0
     for p, g in zip(prompts, gens):
         x = torch.tensor([p])

@@ -85,7 +85,7 @@ def trl_child(hf_dir: str, prompts_file: str, out: str, steps: int, per_step: in
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from llmctl.data.chat import ChatTemplate
+    from llmctl.tokenizer.chat import ChatTemplate
     from llmctl.rl.rewards import make_verifier
     from llmctl.tasks import load_prompts
 
@@ -414,7 +414,7 @@ def prompt_checks(ckpt: str, hf: str) -> dict:
     from transformers import AutoTokenizer
 
     from llmctl.artifacts import checkpoint as ckpt_io
-    from llmctl.data.chat import ChatTemplate
+    from llmctl.tokenizer.chat import ChatTemplate
     from llmctl.tasks import load_prompts
 
     tok_file = ckpt_io.resolve_checkpoint(ckpt) / "tokenizer.json"

@@ -19,11 +19,11 @@ from test_train import sentences
 from llmctl.artifacts.checkpoint import load_checkpoint, load_model, save_checkpoint
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
-from llmctl.model.generate import SamplingParams
+from llmctl.model.generate import Engine, SamplingParams
 from llmctl.model.hf_export import export_hf
 from llmctl.model.hf_import import import_hf
 from llmctl.model.transformer import Transformer
-from llmctl.model.vocab import Vocab
+from llmctl.tokenizer.vocab import Vocab
 
 transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
@@ -166,7 +166,7 @@ def test_import_matches_transformers_logits_and_greedy_generation(releases, name
 
     vocab = Vocab(c.path)
     hf_tok = transformers.AutoTokenizer.from_pretrained(src)
-    engine = vocab.engine(ours, chat=False)
+    engine = Engine.for_vocab(ours, vocab, chat=False)
     for prompt in PROMPTS:
         ids = vocab.prompt_ids(prompt)
         assert ids == hf_tok(prompt)["input_ids"]  # BOS exactly when the release's tokenizer adds it
@@ -195,7 +195,7 @@ def test_generation_stops_at_any_of_several_eos_ids(releases, name, tmp_path):
     (src / "generation_config.json").write_text(json.dumps(gen))
     import_hf(src, tmp_path / "ck")
     ours, _ = load_model(tmp_path / "ck")
-    g = Vocab(load_checkpoint(tmp_path / "ck").path).engine(ours, chat=False).generate([prompt], SamplingParams(max_new_tokens=12))[0]
+    g = Engine.for_vocab(ours, Vocab(load_checkpoint(tmp_path / "ck").path), chat=False).generate([prompt], SamplingParams(max_new_tokens=12))[0]
     assert (g.ids, g.finish, g.stop_id) == (free[:k], "eos", free[k])
     assert hf_greedy(hf_model(src), prompt, 12) == free[: k + 1]
 
@@ -298,7 +298,7 @@ def test_export_writes_the_class_that_computes_the_same_and_import_inverts_it(re
 def check_chat_export(run, out):
     """Export of a chat (SFT/RL) checkpoint: transformers renders, stops and answers as llmctl does.
     Called by test_sft with the SFT model it trains."""
-    from llmctl.data.chat import ChatTemplate
+    from llmctl.tokenizer.chat import ChatTemplate
 
     llmctl("export", run, "-o", out, check=True)
     ck = load_checkpoint(run)

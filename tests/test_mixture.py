@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 
 from conftest import llmctl
 from llmctl.artifacts.tokens import TokenDataset
-from llmctl.data import tokenizer as bpe
+from llmctl.tokenizer import bpe
 from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig

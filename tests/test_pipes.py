@@ -25,7 +25,7 @@ from llmctl.data.dedup.run import DedupConfig, run_dedup
 from llmctl.data.extract import STAGE as EXTRACT, ExtractConfig, run_crawl_extract
 from llmctl.data.filter import FilterConfig, run_filter
 from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
-from llmctl.data.tokenizer import TrainTokenizerConfig
+from llmctl.tokenizer.bpe import TrainTokenizerConfig
 from llmctl.data.warc import WarcError, iter_records, iter_window, sniff_head
 from llmctl.data.warcstream import WarcStream
 from llmctl.errors import UsageError

@@ -18,7 +18,7 @@ from conftest import llmctl, shared_file
 from test_train import SMALL, sentences, step_losses, tokens  # noqa: F401  (tokens is a fixture)
 from test_hf_models import check_chat_export
 from llmctl.artifacts.checkpoint import load_checkpoint, load_model, save_checkpoint
-from llmctl.data.chat import ChatTemplate
+from llmctl.tokenizer.chat import ChatTemplate
 from llmctl.tasks import to_messages
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
@@ -105,7 +105,7 @@ def test_records_roles_and_tokenizers_are_checked(tok, tmp_path):
         to_messages({"messages": [{"role": "tool", "content": "x"}]}, "f")
     with pytest.raises(UsageError, match="role"):
         ChatTemplate(tok).encode_chat([{"role": "tool", "content": "x"}])
-    from llmctl.data import tokenizer as bpe
+    from llmctl.tokenizer import bpe
     from tokenizers import pre_tokenizers, trainers
 
     plain = bpe.build_tokenizer("cl100k")

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import llmctl, shared_file
 from llmctl.artifacts.tokens import TokenDataset, token_dtype
-from llmctl.data import tokenizer as bpe
+from llmctl.tokenizer import bpe
 from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from llmctl.errors import UsageError
 from llmctl.runtime.options import RunOptions

@@ -17,7 +17,7 @@ import torch
 
 from conftest import llmctl
 from llmctl.artifacts.checkpoint import load_checkpoint
-from llmctl.data import tokenizer as bpe
+from llmctl.tokenizer import bpe
 from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig

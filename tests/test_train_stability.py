@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from llmctl.artifacts.checkpoint import load_checkpoint, load_model
-from llmctl.data import tokenizer as bpe
+from llmctl.tokenizer import bpe
 from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from llmctl.errors import StageFailed, UsageError
 from llmctl.model.config import ModelConfig

@@ -106,11 +106,11 @@ def generate(
 ) -> None:
     """Sample continuations of prompts with the KV-cache engine (the one eval and rl use)."""
     from llmctl.eval.runner import EvalConfig, Evaluator
-    from llmctl.model.generate import SamplingParams
+    from llmctl.model.generate import Engine, SamplingParams
 
     check_flags("generate", n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     ev = Evaluator(checkpoint, EvalConfig(weights=weights))  # only loads the model: no other eval setting applies
-    engine = ev.vocab.engine(ev.model, chat=ev.chat is not None)
+    engine = Engine.for_vocab(ev.model, ev.vocab, chat=ev.chat is not None)
     if ev.chat is not None:  # SFT/RL checkpoints: each prompt is a user turn
         inputs = [ev.chat.prompt_ids([{"role": "user", "content": p}]) for p in prompt for _ in range(n)]
     else:

@@ -60,7 +60,7 @@ def tokenize_train(
     """Train a byte-level BPE tokenizer (Hugging Face tokenizers) with the special tokens reserved."""
     from llmctl.config import build_config
     from llmctl.data.tokenize import train_tokenizer
-    from llmctl.data.tokenizer import TrainTokenizerConfig
+    from llmctl.tokenizer.bpe import TrainTokenizerConfig
 
     quiet, as_json = flags(quiet, json_)
     cfg = build_config(TrainTokenizerConfig, "tokenize train", None,

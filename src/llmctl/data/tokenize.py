@@ -31,7 +31,7 @@ from llmctl.artifacts.atomic import atomic_path, prepare_new_out
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, error_place, file_sha256, input_ref, write_manifest
 from llmctl.artifacts.tokens import META_SUFFIX, TokenShardWriter, token_dtype
-from llmctl.data import tokenizer as bpe
+from llmctl.tokenizer import bpe
 from llmctl.hashing import h64
 from llmctl.errors import UsageError
 from llmctl.runtime.progress import Progress

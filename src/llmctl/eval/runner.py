@@ -34,8 +34,8 @@ from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.eval.score import METRIC_OF_NORM, argmax_first, encode_pair, normalized_scores, score_items
 from llmctl.eval.tasks import TaskSpec, gen_extract, gen_prompt, gen_stop, load_items, prompt_format
-from llmctl.model.generate import SamplingParams
-from llmctl.model.vocab import Vocab
+from llmctl.model.generate import Engine, SamplingParams
+from llmctl.tokenizer.vocab import Vocab
 from llmctl.runtime.progress import Progress
 from llmctl.tasks import GenScoring, MCItem, chat_messages, fewshot_prefix
 from llmctl.torchrt.alloc import keep_freed_memory
@@ -164,7 +164,7 @@ class Evaluator:
         scoring = GenScoring(extract=extract)
         params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k,
                                 top_p=c.top_p, seed=c.seed, stop=gen_stop(spec.kind))
-        engine = self.vocab.engine(self.model, chat=self.chat is not None, batch_size=c.batch_size)
+        engine = Engine.for_vocab(self.model, self.vocab, chat=self.chat is not None, batch_size=c.batch_size)
         if self.chat is not None:  # a chat checkpoint answers in the assistant turn and ends it with its turn end
             params.stop = ()
             prompts = [self.chat.prompt_ids(chat_messages(items, i, c.shots, c.seed)) for i in range(len(items))]

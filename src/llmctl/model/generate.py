@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from llmctl.model.transformer import Transformer
+from llmctl.tokenizer.vocab import Vocab
 
 
 @dataclass
@@ -105,13 +106,19 @@ def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
 
 class Engine:
     """`Engine(model, encode, decode, stop_ids).generate(prompts, params)` → one Generation per prompt.
-    model/vocab.py `Vocab.engine` builds one with a checkpoint's ids."""
+    `Engine.for_vocab` builds one with a checkpoint's ids (tokenizer/vocab.py)."""
 
     def __init__(self, model: Transformer, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str],
                  stop_ids: Sequence[int] = (), pad_id: int = 0, batch_size: int = 16):
         self.model, self.encode, self.decode = model, encode, decode
         self.stop_ids, self.pad_id, self.batch_size = frozenset(stop_ids), pad_id, batch_size
         self.vocab = model.cfg.vocab_size  # padded rows of the head are never sampled
+
+    @classmethod
+    def for_vocab(cls, model: Transformer, vocab: Vocab, chat: bool, batch_size: int = 16) -> Engine:
+        """An engine that encodes, decodes, pads and stops as `vocab` says (a chat prompt stops at
+        the template's turn end first)."""
+        return cls(model, vocab.encode, vocab.decode, vocab.stop_ids(chat), pad_id=vocab.pad_id, batch_size=batch_size)
 
     @property
     def device(self):

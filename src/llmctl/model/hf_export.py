@@ -27,7 +27,7 @@ from llmctl.artifacts.checkpoint import TOKENIZER_FILES, copy_tokenizer_files, l
 from llmctl.artifacts.lock import output_lock
 from llmctl.errors import UsageError
 from llmctl.model.hf_layout import hf_config, hf_state_dict
-from llmctl.model.vocab import Vocab
+from llmctl.tokenizer.vocab import Vocab
 
 
 def _token(vocab: Vocab, i: int | None) -> str | None:

@@ -4,7 +4,7 @@ Qwen3) as an llmctl checkpoint that train --init, rl, eval and generate read. Th
 The checkpoint keeps the model's own tokenizer files (tokenizer.json, tokenizer_config.json with
 its chat template, special_tokens_map.json, chat_template.jinja) and a generation_config.json
 with its EOS ids (the release's, else config.json's), so prompts get the BOS the model was trained
-with and generation stops where it ends a text or a turn (model/vocab.py).
+with and generation stops where it ends a text or a turn (tokenizer/vocab.py).
 
 Weights are read tensor by tensor from each shard (safetensors' lazy reader) and kept in their
 stored dtype: a bf16 release becomes a bf16 checkpoint, with no fp32 copy of the whole model in
@@ -28,7 +28,7 @@ from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
 from llmctl.model.hf_layout import import_config, our_state_dict
-from llmctl.model.vocab import Vocab, _ids, _read_json
+from llmctl.tokenizer.vocab import Vocab, read_json_object, token_ids
 
 
 def _shard_files(src: Path) -> list[str]:
@@ -70,9 +70,9 @@ class LazyTensors:
 
 def generation_config(src: Path, hf: dict) -> dict:
     """generation_config.json of the release, with bos/eos/pad ids from config.json where it has none."""
-    gen = _read_json(src / "generation_config.json")
+    gen = read_json_object(src / "generation_config.json")
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        if gen.get(key) is None and _ids(hf.get(key)):
+        if gen.get(key) is None and token_ids(hf.get(key)):
             gen[key] = hf[key]
     return gen
 
@@ -90,14 +90,14 @@ def _import_hf(src: Path, out: Path, chat: bool | None, overwrite: bool) -> Path
     src, out = Path(src), Path(out)
     if not (src / "config.json").is_file():
         raise UsageError(f"{src}: no config.json (expected a Hugging Face model directory)")
-    hf = _read_json(src / "config.json")
+    hf = read_json_object(src / "config.json")
     tok = src / "tokenizer.json"
     if not tok.is_file():
         raise UsageError(f"{src}: no tokenizer.json (import needs the fast-tokenizer file)")
     cfg = import_config(hf, f"{src / 'config.json'}")
     vocab = Vocab(src)
     gen = generation_config(src, hf)
-    eos = tuple(_ids(gen.get("eos_token_id"))) or vocab.eos_ids
+    eos = tuple(token_ids(gen.get("eos_token_id"))) or vocab.eos_ids
     if not eos:
         raise UsageError(f"{src}: no EOS id in generation_config.json, config.json or tokenizer_config.json")
     if chat is None:

@@ -46,7 +46,7 @@ import os
 import sys
 
 _ERRNO = {"EPERM": 1, "EAGAIN": 11, "ENOSYS": 38}
-_ARCHES = {
+ARCHES = {
     # machine: (AUDIT_ARCH_*, syscall numbers)
     "x86_64": (0xC000003E, {
         "fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "socket": 41, "socketpair": 53,
@@ -66,9 +66,9 @@ _CLONE_THREAD = 0x00010000
 
 def _seccomp_program(machine, pid):
     """The BPF program as (code, jt, jf, k) tuples, or None for an unsupported machine."""
-    if machine not in _ARCHES:
+    if machine not in ARCHES:
         return None
-    audit_arch, nr = _ARCHES[machine]
+    audit_arch, nr = ARCHES[machine]
     LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, JMP|JEQ/JGE/JSET|K, RET|K
     ALLOW, KILL = 0x7FFF0000, 0x80000000
 

@@ -44,7 +44,7 @@ class Prompter:
         return self.vocab.prompt_ids(GSM8K_PROMPT.format(question=prompt))
 
     def engine(self, model, batch_size: int) -> Engine:
-        return self.vocab.engine(model, self.chat, batch_size)
+        return Engine.for_vocab(model, self.vocab, self.chat, batch_size)
 
 
 def row_seed(*parts: int) -> int:

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmctl.rl import landlock
-from llmctl.rl._sandbox_child import _ARCHES
+from llmctl.rl._sandbox_child import ARCHES
 
 _CHILD_SOURCE = (Path(__file__).with_name("_sandbox_child.py")).read_text(encoding="utf-8")
 _LANDLOCK_SOURCE = Path(landlock.__file__).read_text(encoding="utf-8")  # the harness runs it to confine itself
@@ -150,7 +150,7 @@ def missing_protections() -> list[str]:
         has_seccomp = False
     if not has_seccomp:
         missing.append("no seccomp: a kernel built without it")
-    elif os.uname().machine not in _ARCHES:
+    elif os.uname().machine not in ARCHES:
         missing.append(f"no seccomp filter for {os.uname().machine}")
     return missing
 

@@ -50,7 +50,7 @@ from llmctl.errors import UsageError
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.model.generate import SamplingParams
 from llmctl.model.recompute import check_mode
-from llmctl.model.vocab import Vocab
+from llmctl.tokenizer.vocab import Vocab
 from llmctl.rl.grpo import (ADV_ESTIMATORS, ADV_STD, KL, LOSS_AGG, RATIO_LEVELS, advantages, aggregate, clipped_surrogate,
                             kl_estimate, rloo_advantages)
 from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch

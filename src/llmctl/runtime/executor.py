@@ -82,7 +82,7 @@ def _report_to_queue(n: int) -> None:
     _worker_queue.put(n)
 
 
-def _call(fn: TaskFn, task: Task, report: Callable[[int], None]) -> TaskResult:
+def call_task(fn: TaskFn, task: Task, report: Callable[[int], None]) -> TaskResult:
     try:
         return TaskResult(task.index, task.name, stats=fn(task, report))
     except Exception as e:  # a task's failure is data about that shard, not the end of the run
@@ -92,7 +92,7 @@ def _call(fn: TaskFn, task: Task, report: Callable[[int], None]) -> TaskResult:
 
 
 def _call_in_worker(fn: TaskFn, task: Task) -> TaskResult:
-    return _call(fn, task, _report_to_queue)
+    return call_task(fn, task, _report_to_queue)
 
 
 class Backend(Protocol):
@@ -173,7 +173,7 @@ def run_tasks(
         for t in tasks:
             if lazy:
                 results.expect(t)
-            collect(_call(fn, t, progress.advance))
+            collect(call_task(fn, t, progress.advance))
         return results.all()
 
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")

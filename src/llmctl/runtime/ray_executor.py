@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmctl.errors import StageFailed, UsageError
-from llmctl.runtime.executor import InOrder, Task, TaskFn, TaskResult, _call, use_backend
+from llmctl.runtime.executor import InOrder, Task, TaskFn, TaskResult, call_task, use_backend
 from llmctl.runtime.progress import Progress
 
 INSTALL_HINT = "pip install 'llmctl[ray]'"
@@ -56,7 +56,7 @@ def _run_remote(fn: TaskFn, task: Task, cwd: str, env: dict[str, str]) -> tuple[
         nonlocal done
         done += n
 
-    return _call(fn, task, report), done
+    return call_task(fn, task, report), done
 
 
 def _failure(e: Exception) -> str:

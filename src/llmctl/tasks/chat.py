@@ -1,5 +1,5 @@
 """Chat conversations `{messages: [{role, content}, ...]}`: the SFT record that is already a
-conversation. Roles are system, user and assistant (the chat template, data/chat.py, renders
+conversation. Roles are system, user and assistant (the chat template, tokenizer/chat.py, renders
 them); a numeric content is written out.
 """
 

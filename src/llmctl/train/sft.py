@@ -1,8 +1,8 @@
 """`llmctl train --sft CHATS`: supervised fine-tuning on conversations (spec 001-posttrain-rl §A1).
 
 Data. Every record (a `messages` list, GSM8K {question, answer}, or {prompt, answer}) is rendered
-with the model's chat template (llmctl's, data/chat.py, or an imported model's own,
-data/chat_jinja.py; model/vocab.py picks) into ids and a loss mask. A seeded share of conversations
+with the model's chat template (llmctl's, tokenizer/chat.py, or an imported model's own,
+tokenizer/chat_jinja.py; tokenizer/vocab.py picks) into ids and a loss mask. A seeded share of conversations
 (`val_fraction`) is held out. Conversations are packed into rows of seq_len (input, target) pairs
 by greedy best fit in file order: each goes into the open row with the least room that still fits
 it, else a new row. A conversation of n tokens takes n − 1 slots (inputs ids[:-1], targets ids[1:]
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from llmctl.errors import UsageError
-from llmctl.model.vocab import Vocab
+from llmctl.tokenizer.vocab import Vocab
 from llmctl.torchrt import distributed
 from llmctl.train.loader import PackedBatches
 from llmctl.train.trainer import fit

@@ -6,7 +6,7 @@ A conversation is rendered as
 
 Each turn is its role's special id, then the content encoded as ordinary text, then `<|end|>`.
 Content never becomes a special id: "<|end|>" typed by a user is the characters it is (the
-ordinary encoding of data/tokenizer.py `Encoder`, the one tokenize uses). The conversation starts
+ordinary encoding of tokenizer/bpe.py `Encoder`, the one tokenize uses). The conversation starts
 with `<|endoftext|>` (when the tokenizer has it): in pretraining every document follows an EOS, so
 the model has always seen that token as the context of a document's first token; it is also the
 row's anchor after packing. Generation stops at `<|end|>`.
@@ -44,7 +44,7 @@ class ChatTemplate:
     name = NAME
 
     def __init__(self, tokenizer_json: str | Path):
-        from llmctl.data.tokenizer import encoder
+        from llmctl.tokenizer.bpe import encoder
 
         p = Path(tokenizer_json)
         if p.is_dir():

@@ -29,7 +29,8 @@ from llmctl.artifacts.checkpoint import TOKENIZER_FILES
 from llmctl.errors import UsageError
 
 
-def _read_json(path: Path) -> dict:
+def read_json_object(path: Path) -> dict:
+    """A JSON file's object ({} when the file is absent or holds no object); unreadable JSON is a UsageError."""
     if not path.is_file():
         return {}
     try:
@@ -46,7 +47,8 @@ def _token_text(value) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _ids(value) -> list[int]:
+def token_ids(value) -> list[int]:
+    """The ids of a config's token-id field: one int or a list of them (booleans and other values dropped)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return [value]
     if isinstance(value, list):
@@ -68,7 +70,7 @@ def chat_source(folder: Path, tok_cfg: dict) -> str | None:
 
 class Vocab:
     def __init__(self, path: str | Path):
-        from llmctl.data.tokenizer import encoder
+        from llmctl.tokenizer.bpe import encoder
 
         p = Path(path)
         self.folder = p if p.is_dir() else p.parent
@@ -78,11 +80,11 @@ class Vocab:
         self.encoder = encoder(str(self.tokenizer_file))
         self.tok = self.encoder.tok
         self.size: int = self.tok.get_vocab_size(with_added_tokens=True)
-        self.tok_cfg = _read_json(self.folder / "tokenizer_config.json")
-        gen = _read_json(self.folder / "generation_config.json")
+        self.tok_cfg = read_json_object(self.folder / "tokenizer_config.json")
+        gen = read_json_object(self.folder / "generation_config.json")
         self.specials = {k: _token_text(self.tok_cfg.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
 
-        eos = _ids(gen.get("eos_token_id")) or self._id_list(self.specials["eos_token"])
+        eos = token_ids(gen.get("eos_token_id")) or self._id_list(self.specials["eos_token"])
         if not eos and self.encoder.info.eos_id is not None:
             eos = [self.encoder.info.eos_id]
         self.eos_ids: tuple[int, ...] = tuple(dict.fromkeys(eos))
@@ -91,11 +93,11 @@ class Vocab:
         self.add_bos = len(with_specials) > len(plain) and with_specials[-len(plain):] == plain
         bos = with_specials[0] if self.add_bos else None
         if bos is None:
-            bos = next(iter(_ids(gen.get("bos_token_id")) or self._id_list(self.specials["bos_token"])), None)
+            bos = next(iter(token_ids(gen.get("bos_token_id")) or self._id_list(self.specials["bos_token"])), None)
         if bos is None:  # llmctl's tokenizers: a conversation, like a document, starts after <|endoftext|>
             bos = next(iter(self._id_list("<|endoftext|>")), None)
         self.bos_id: int | None = bos
-        pad = _ids(gen.get("pad_token_id")) or self._id_list(self.specials["pad_token"]) or self._id_list("<|pad|>")
+        pad = token_ids(gen.get("pad_token_id")) or self._id_list(self.specials["pad_token"]) or self._id_list("<|pad|>")
         self.pad_id: int = pad[0] if pad else (self.eos_ids[0] if self.eos_ids else 0)
         self.chat_source = chat_source(self.folder, self.tok_cfg)
 
@@ -129,8 +131,8 @@ class Vocab:
     @cached_property
     def chat(self):
         """The chat template (ChatTemplate or JinjaChat), or None when the files hold none."""
-        from llmctl.data.chat import END, ChatTemplate
-        from llmctl.data.chat_jinja import JinjaChat
+        from llmctl.tokenizer.chat import END, ChatTemplate
+        from llmctl.tokenizer.chat_jinja import JinjaChat
 
         special = self.encoder.info.special
         ours = ChatTemplate(self.tokenizer_file) if all(t in special for t in (END, "<|user|>", "<|assistant|>")) else None
@@ -157,8 +159,3 @@ class Vocab:
         a base model's lists only the end of text, though its files may carry a template)."""
         chat = self.chat
         return chat is not None and bool(chat.end_ids) and chat.end_ids[0] in (eos_ids or self.eos_ids)
-
-    def engine(self, model, chat: bool, batch_size: int = 16):
-        from llmctl.model.generate import Engine
-
-        return Engine(model, self.encode, self.decode, self.stop_ids(chat), pad_id=self.pad_id, batch_size=batch_size)

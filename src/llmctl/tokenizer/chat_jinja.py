@@ -60,7 +60,7 @@ def _environment():
 
 class JinjaChat:
     """`encode_chat`, `encode_many`, `prompt_ids`, `render_text`, `end_ids`, `pad_id`: the interface of
-    data/chat.py's ChatTemplate, for a template given as Jinja text."""
+    tokenizer/chat.py's ChatTemplate, for a template given as Jinja text."""
 
     def __init__(self, source: str, tokenizer, specials: dict[str, str], eos_ids: tuple[int, ...], pad_id: int,
                  where: str = "chat template"):
