@@ -236,7 +236,7 @@ def gen_child(spec_file: str) -> None:
     import torch
     from tokenizers import Tokenizer
 
-    from llmctl.artifacts.checkpoint import load_model
+    from llmctl.model.load import load_model
     from llmctl.model.generate import Engine, SamplingParams
 
     model, ckpt = load_model(spec["ckpt"], "cpu")

@@ -49,7 +49,7 @@ def main() -> None:
     import torch
     import transformers
 
-    from llmctl.artifacts.checkpoint import load_model
+    from llmctl.model.load import load_model
     from llmctl.model.generate import Engine, SamplingParams
     from llmctl.tokenizer.vocab import Vocab
     from llmctl.tasks import GenScoring

@@ -435,10 +435,10 @@ def model_check(ckpt: str, hf: str, prompt_ids: list[list[int]]) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from llmctl.artifacts import checkpoint as ckpt_io
+    from llmctl.model.load import load_model
 
     torch.set_num_threads(1)
-    ours, _ = ckpt_io.load_model(ckpt, torch.device("cpu"))
+    ours, _ = load_model(ckpt, torch.device("cpu"))
     theirs = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32)
     diff, n = 0.0, 0
     with torch.no_grad():

@@ -16,7 +16,8 @@ import torch
 
 from conftest import llmctl
 from test_train import sentences
-from llmctl.artifacts.checkpoint import load_checkpoint, load_model, save_checkpoint
+from llmctl.artifacts.checkpoint import save_checkpoint
+from llmctl.model.load import load_checkpoint, load_model
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
 from llmctl.model.generate import Engine, SamplingParams

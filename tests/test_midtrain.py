@@ -10,7 +10,7 @@ import torch
 
 from conftest import llmctl
 from test_train import SMALL, tokens  # noqa: F401  (tokens is a fixture)
-from llmctl.artifacts.checkpoint import load_checkpoint
+from llmctl.model.load import load_checkpoint
 from llmctl.torchrt.optim import lr_at
 
 # 32 steps of 256 tokens; WSD: 1,024 warmup tokens, flat to 4,096, then linear to zero by 8,192

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import llmctl
-from llmctl.artifacts.checkpoint import load_checkpoint
+from llmctl.model.load import load_checkpoint
 from llmctl.config import build_config
 from llmctl.errors import UsageError
 from llmctl.rl.grpo import rloo_advantages

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from conftest import llmctl, shared_file
 from test_train import SMALL, sentences, step_losses, tokens  # noqa: F401  (tokens is a fixture)
 from test_hf_models import check_chat_export
-from llmctl.artifacts.checkpoint import load_checkpoint, load_model, save_checkpoint
+from llmctl.artifacts.checkpoint import save_checkpoint
+from llmctl.model.load import load_checkpoint, load_model
 from llmctl.tokenizer.chat import ChatTemplate
 from llmctl.tasks import to_messages
 from llmctl.errors import UsageError

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import llmctl
-from llmctl.artifacts.checkpoint import load_checkpoint
+from llmctl.model.load import load_checkpoint
 from llmctl.tokenizer import bpe
 from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from llmctl.errors import UsageError

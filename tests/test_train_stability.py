@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from llmctl.artifacts.checkpoint import load_checkpoint, load_model
+from llmctl.model.load import load_checkpoint, load_model
 from llmctl.tokenizer import bpe
 from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from llmctl.errors import StageFailed, UsageError

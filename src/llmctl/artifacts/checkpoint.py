@@ -14,10 +14,15 @@ replaced atomically after it, so a crash never leaves a half checkpoint behind a
 (spec 001-systems-ops §A2). Weights are read only from safetensors and other state only with
 `weights_only=True`: loading a stranger's checkpoint cannot run code.
 
-Which weights a reader takes (`load_checkpoint(weights=...)`, the one place the choice is made):
-`raw` (model.safetensors: what training resumes from), `ema` (ema.safetensors; an error where
-there is none) or `auto`, the EMA where the checkpoint has one and the raw weights otherwise — what
-eval, generate, export, rl and `train --sft --init` use unless `--weights` says otherwise.
+Which weights a reader takes (`weights_file`, the one place the choice is made): `raw`
+(model.safetensors: what training resumes from), `ema` (ema.safetensors; an error where there is
+none) or `auto`, the EMA where the checkpoint has one and the raw weights otherwise — what eval,
+generate, export, rl and `train --sft --init` use unless `--weights` says otherwise.
+
+This module is the floor: the file layout, names, `latest`, the atomic save and reading tensors.
+It knows nothing of the model — `open_checkpoint` reads a checkpoint's metadata (config.json as
+JSON, trainer_state.json, which files it has) without touching its weights, and `model/load.py`
+turns a checkpoint into a model, reading each weight file once.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors import SafetensorError
@@ -35,7 +40,6 @@ from safetensors.torch import load_file, save_file
 
 from llmctl.artifacts.atomic import atomic_path, check_write, write_text
 from llmctl.errors import UsageError
-from llmctl.model.config import ModelConfig
 
 LATEST = "latest"
 MODEL_FILE, EMA_FILE = "model.safetensors", "ema.safetensors"
@@ -46,11 +50,20 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "generation_config.json", "chat_template.jinja")
 
 
+class Architecture(Protocol):
+    """What a checkpoint stores of a model's architecture (model/config.py ModelConfig): its
+    config.json object, and whether the head is tied to the embedding (then stored once)."""
+
+    tied: bool
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
 def step_dir_name(step: int) -> str:
     return f"step-{step:06d}"
 
 
-def model_tensors(cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.dtype | None = torch.float32) -> dict[str, torch.Tensor]:
+def model_tensors(cfg: Architecture, state: dict[str, torch.Tensor], dtype: torch.dtype | None = torch.float32) -> dict[str, torch.Tensor]:
     """The tensors to store: contiguous CPU copies in `dtype` (None: as they are; an import keeps a
     bf16 release in bf16), a tied head dropped (it is the embedding)."""
     out = {k: v.detach().to("cpu", dtype or v.dtype).contiguous() for k, v in state.items()}
@@ -62,7 +75,7 @@ def model_tensors(cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch
 def save_checkpoint(
     ckpt_root: Path,
     step: int,
-    config: ModelConfig,
+    config: Architecture,
     model_state: dict[str, torch.Tensor],
     trainer_state: dict[str, Any],
     optimizer_state: dict | None = None,
@@ -83,7 +96,7 @@ def save_checkpoint(
         save_file(model_tensors(config, model_state, dtype), str(tmp / MODEL_FILE), metadata={"format": "pt"})
         if ema_state is not None:
             save_file(model_tensors(config, ema_state, torch.float32), str(tmp / EMA_FILE), metadata={"format": "pt"})
-        config.save(tmp / "config.json")
+        (tmp / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
         if optimizer_state is not None:
             try:
                 torch.save(optimizer_state, tmp / "optimizer.pt")
@@ -142,24 +155,35 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
 
 @dataclass
 class Checkpoint:
+    """A checkpoint's metadata, read without its weights: `config_json` is config.json's object
+    (model/load.py parses it into a ModelConfig), `trainer_state` trainer_state.json's. The weights
+    are read on demand, each file once by whoever asks (`read_tensors`)."""
+
     path: Path
-    config: ModelConfig
-    tensors: dict[str, torch.Tensor]
+    config_json: Any
     trainer_state: dict[str, Any]
-    weights: str = "raw"  # which file `tensors` came from: raw (model.safetensors) or ema
 
     @property
     def has_ema(self) -> bool:
         return (self.path / EMA_FILE).is_file()
 
-    def ema_tensors(self) -> dict[str, torch.Tensor] | None:
-        """ema.safetensors' tensors (None where the run kept no EMA)."""
-        return _read_tensors(self.path / EMA_FILE) if self.has_ema else None
-
     @property
     def tokenizer_file(self) -> Path | None:
         t = self.path / "tokenizer.json"
         return t if t.is_file() else None
+
+    @property
+    def step(self) -> int:
+        return int(self.trainer_state.get("step", 0))
+
+    def read_tensors(self, weights: str = "raw") -> tuple[dict[str, torch.Tensor], str]:
+        """(the tensors of the file `weights` picks, raw or ema: which one was read)."""
+        f, which = weights_file(self.path, weights)
+        return read_tensors(f), which
+
+    def ema_tensors(self) -> dict[str, torch.Tensor] | None:
+        """ema.safetensors' tensors (None where the run kept no EMA)."""
+        return read_tensors(self.path / EMA_FILE) if self.has_ema else None
 
     def optimizer_state(self) -> dict | None:
         f = self.path / "optimizer.pt"
@@ -171,7 +195,8 @@ class Checkpoint:
             raise UsageError(f"{f}: cannot read optimizer state ({type(e).__name__}: {e})") from e
 
 
-def _read_tensors(f: Path) -> dict[str, torch.Tensor]:
+def read_tensors(f: Path) -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors; a corrupt or unreadable one is a UsageError naming it."""
     try:
         return load_file(str(f))
     except (SafetensorError, OSError, ValueError) as e:
@@ -189,41 +214,16 @@ def weights_file(ckpt: Path, weights: str = "raw") -> tuple[Path, str]:
     return ckpt / MODEL_FILE, "raw"
 
 
-def load_checkpoint(path: str | os.PathLike, weights: str = "raw") -> Checkpoint:
-    """A checkpoint with the tensors of `weights`: raw (what training resumes from, the default),
-    ema, or auto (the EMA where there is one: what inference loads)."""
+def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """The checkpoint a step dir, `checkpoints/` dir or run dir names, its weights unread."""
     ckpt = resolve_checkpoint(path)
-    config = ModelConfig.load(ckpt / "config.json")
-    f, which = weights_file(ckpt, weights)
-    tensors = _read_tensors(f)
-    state_file = ckpt / "trainer_state.json"
+    config_file, state_file = ckpt / "config.json", ckpt / "trainer_state.json"
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"cannot read model config {config_file}: {e}") from e
     try:
         state = json.loads(state_file.read_text()) if state_file.is_file() else {}
     except json.JSONDecodeError as e:
         raise UsageError(f"{state_file}: invalid JSON ({e})") from e
-    return Checkpoint(ckpt, config, tensors, state, which)
-
-
-def load_model(path: str | os.PathLike, device: str | torch.device = "cpu", weights: str = "auto"):
-    """The Transformer of a checkpoint, weights loaded, in eval mode: by default the EMA weights
-    where the checkpoint has them (`weights`: auto, ema or raw; the Checkpoint says which)."""
-    from llmctl.model.transformer import Transformer
-
-    ckpt = load_checkpoint(path, weights)
-    model = Transformer(ckpt.config)
-    load_weights(model, ckpt.tensors, ckpt.path)
-    return model.to(device).eval(), ckpt
-
-
-def load_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], where: Path) -> None:
-    try:
-        missing, unexpected = model.load_state_dict(tensors, strict=False)
-    except RuntimeError as e:  # shape mismatches
-        raise UsageError(f"{where}: weights do not match config.json ({str(e).splitlines()[-1].strip()})") from e
-    if model.cfg.tied:
-        missing = [k for k in missing if k != "head.weight"]
-    if missing or unexpected:
-        raise UsageError(
-            f"{where}: weights do not match the architecture in config.json "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
-        )
+    return Checkpoint(ckpt, config, state)

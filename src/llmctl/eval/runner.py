@@ -26,7 +26,7 @@ import torch
 
 from llmctl import __version__
 from llmctl.artifacts.atomic import atomic_path
-from llmctl.artifacts.checkpoint import WEIGHTS, load_model
+from llmctl.artifacts.checkpoint import WEIGHTS
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.artifacts.tokens import TokenDataset
 from llmctl.errors import UsageError
@@ -35,6 +35,7 @@ from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.eval.score import METRIC_OF_NORM, argmax_first, encode_pair, normalized_scores, score_items
 from llmctl.eval.tasks import TaskSpec, gen_extract, gen_prompt, gen_stop, load_items, prompt_format
 from llmctl.model.generate import Engine, SamplingParams
+from llmctl.model.load import load_model
 from llmctl.tokenizer.vocab import Vocab
 from llmctl.runtime.progress import Progress
 from llmctl.tasks import GenScoring, MCItem, chat_messages, fewshot_prefix

@@ -9,10 +9,8 @@ has exactly `n_params()` parameters).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from llmctl.errors import UsageError
@@ -126,16 +124,6 @@ class ModelConfig:
         if unknown:
             raise UsageError(f"{where}: unknown model key(s) {', '.join(unknown)}")
         return cls(**d)
-
-    def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: Path) -> ModelConfig:
-        try:
-            return cls.from_dict(json.loads(Path(path).read_text()), where=str(path))
-        except (OSError, json.JSONDecodeError) as e:
-            raise UsageError(f"cannot read model config {path}: {e}") from e
 
 
 ROPE_SCALINGS = {  # rope_type -> the keys transformers reads for it

@@ -23,10 +23,11 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from llmctl.artifacts.atomic import atomic_path, prepare_new_out
-from llmctl.artifacts.checkpoint import TOKENIZER_FILES, copy_tokenizer_files, load_checkpoint
+from llmctl.artifacts.checkpoint import TOKENIZER_FILES, copy_tokenizer_files
 from llmctl.artifacts.lock import output_lock
 from llmctl.errors import UsageError
 from llmctl.model.hf_layout import hf_config, hf_state_dict
+from llmctl.model.load import load_checkpoint
 from llmctl.tokenizer.vocab import Vocab
 
 

@@ -49,6 +49,7 @@ from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.errors import UsageError
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.model.generate import SamplingParams
+from llmctl.model.load import load_model
 from llmctl.model.recompute import check_mode
 from llmctl.tokenizer.vocab import Vocab
 from llmctl.rl.grpo import (ADV_ESTIMATORS, ADV_STD, KL, LOSS_AGG, RATIO_LEVELS, advantages, aggregate, clipped_surrogate,
@@ -181,7 +182,7 @@ class RLTrainer:
         self.device = d.device
         # a fresh run starts from the init checkpoint's EMA weights where it has them (cfg.weights); a
         # resumed one from its own last weights
-        self.model, ck = ckpt_io.load_model(source, self.device, "raw" if resume else cfg.weights)
+        self.model, ck = load_model(source, self.device, "raw" if resume else cfg.weights)
         self.model.set_recompute(cfg.recompute)
         self.init_ckpt = ckpt_io.resolve_checkpoint(init)
         self.init_weights = ck.weights if not resume else self._saved_init_weights()

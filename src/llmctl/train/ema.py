@@ -26,6 +26,7 @@ import copy
 
 import torch
 
+from llmctl.model.load import apply_weights
 from llmctl.model.transformer import Transformer
 
 
@@ -47,12 +48,10 @@ class EMA:
                  updates: int = 0, where: str = "ema.safetensors"):
         """`start`: the model (unwrapped, before this process's first step) whose weights begin the
         average, unless `tensors` (a checkpoint's ema.safetensors) are given."""
-        from llmctl.artifacts.checkpoint import load_weights
-
         self.decay, self.updates = decay, updates
         model = copy.deepcopy(start).float()
         if tensors is not None:
-            load_weights(model, tensors, where)
+            apply_weights(model, tensors, where)
         self.model = model.requires_grad_(False).eval()
 
     @torch.no_grad()

@@ -276,17 +276,18 @@ class SFTData:
 def resolve_sft(chats: Path, model_cfg, init: Path | None, tokenizer: Path | None, val_fraction: float,
                 weights: str = "auto"):
     """(model config, SFTOptions): with --init the checkpoint's architecture and tokenizer."""
-    from llmctl.artifacts.checkpoint import load_checkpoint, resolve_checkpoint, weights_file
+    from llmctl.artifacts.checkpoint import open_checkpoint, weights_file
+    from llmctl.model.load import model_config
 
     if init is not None:
-        path = resolve_checkpoint(init)
+        ck = open_checkpoint(init)  # its metadata: the weights are read once, when the model is built
+        path = ck.path
         weights_file(path, weights)  # --weights ema on a checkpoint without an EMA: say so before any work
-        ck = load_checkpoint(path)
         if ck.tokenizer_file is None:
             raise UsageError(f"--init {path}: the checkpoint has no tokenizer.json")
         if tokenizer is not None:
             raise UsageError("--tokenizer and --init exclude each other: the --init checkpoint's tokenizer is used")
-        return ck.config, SFTOptions(Path(chats), ck.tokenizer_file, path, val_fraction, weights)
+        return model_config(ck), SFTOptions(Path(chats), ck.tokenizer_file, path, val_fraction, weights)
     if tokenizer is None:
         raise UsageError("--sft needs --init CKPT (a pretrained checkpoint) or --tokenizer for a fresh model")
     tok = Path(tokenizer)

@@ -59,6 +59,7 @@ from llmctl.artifacts import checkpoint as ckpt_io
 from llmctl.artifacts.manifest import Manifest, input_identity
 from llmctl.errors import Interrupted, StageFailed, UsageError
 from llmctl.model.config import ModelConfig
+from llmctl.model.load import apply_weights, load_checkpoint, model_config
 from llmctl.model.transformer import Transformer
 from llmctl.torchrt import distributed
 from llmctl.torchrt.alloc import keep_freed_memory
@@ -204,18 +205,18 @@ class Trainer:
         torch.manual_seed(self.cfg.seed)  # same initial weights on every rank (spec §A3: DP seeds)
         model = Transformer(self.model_cfg).to(self.dist.device).set_recompute(self.cfg.recompute)
         state = {"step": 0, "tokens": 0, "skipped_steps": 0}
-        ck = ckpt_io.load_checkpoint(self.run_dir.checkpoints) if self.run_dir.has_checkpoint() else None
+        ck = load_checkpoint(self.run_dir.checkpoints) if self.run_dir.has_checkpoint() else None
         init = None
         if ck is not None:
-            ckpt_io.load_weights(model, ck.tensors, ck.path)
+            apply_weights(model, ck.tensors, ck.path)
             state = ck.trainer_state
             if "rng" in state:
                 _set_rng_state(state["rng"])
         elif self.source.init is not None:  # fine-tuning or midtraining a checkpoint: its EMA weights where it has them
             # training on with its optimizer state continues the raw weights those moments belong to
             weights = "raw" if self.cfg.init_optimizer else getattr(self.source, "init_weights", "auto")
-            init = ckpt_io.load_checkpoint(self.source.init, weights)
-            ckpt_io.load_weights(model, init.tensors, init.path)
+            init = load_checkpoint(self.source.init, weights)
+            apply_weights(model, init.tensors, init.path)
             self.on_log(f"initialized from {init.path}" + (" (its EMA weights)" if init.weights == "ema" else ""))
         self.ema = self._build_ema(model, ck, state)
         model = distributed.wrap(model, self.dist, self.cfg.fsdp)
@@ -398,8 +399,8 @@ class Trainer:
                 f"train: the loss spiked again at step {step + 1} (z {z}) after {c.max_rewinds} rewind(s) in a row "
                 f"that did not get past step {state['rewind_step'] + 1}; the spike follows the model state, not one "
                 "batch: lower --lr, check the data, or raise --set train.max_rewinds")
-        ck_path = ckpt_io.resolve_checkpoint(self.run_dir.checkpoints)
-        ck_step = int(json.loads((ck_path / "trainer_state.json").read_text())["step"])
+        ck = ckpt_io.open_checkpoint(self.run_dir.checkpoints)
+        ck_path, ck_step = ck.path, int(ck.trainer_state["step"])
         window = [data_index(state, k) for k in range(max(ck_step, step - c.rewind_skip + 1), step + 1)]
         history = {"skipped_data": sorted(set(state.get("skipped_data", ())) | set(window)),
                    "rewinds": state.get("rewinds", 0) + 1, "rewind_streak": streak, "rewind_step": step}
@@ -506,8 +507,8 @@ def init_checkpoint(init: Path, sources: Sequence[DataSource], cfg: TrainConfig)
     schedule, equals the parent trained on in one run). On other data (a new mixture) it starts at 0."""
     from llmctl.artifacts.manifest import file_sha256, input_identity, input_ref
 
-    path = ckpt_io.resolve_checkpoint(init)
-    ck = ckpt_io.load_checkpoint(path)
+    ck = ckpt_io.open_checkpoint(init)  # its metadata: the weights are read once, when the model is built
+    path = ck.path
     tokens = sources[0].path  # the sources share one tokenizer (PretrainData checks)
     theirs, ours = Path(tokens) / "tokenizer.json", ck.tokenizer_file
     if ours is None or not theirs.is_file() or file_sha256(theirs) != file_sha256(ours):
@@ -522,4 +523,4 @@ def init_checkpoint(init: Path, sources: Sequence[DataSource], cfg: TrainConfig)
         and len(prev.get("data") or []) == 1
     same_order = all((prev.get("train") or {}).get(k) == getattr(cfg, k) for k in ("seed", "seq_len", "batch_tokens"))
     offset = int(ck.trainer_state.get("step", 0)) if same_data and same_order else 0
-    return path, ck.config, offset
+    return path, model_config(ck), offset
