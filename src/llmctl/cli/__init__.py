@@ -96,13 +96,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(141)
     except Interrupted as e:
         _fail(128 + e.signum, str(e))
+    except (KeyboardInterrupt, typer.Abort):  # before Exception: click's Abort is a RuntimeError
+        _fail(130, "interrupted")
     except Exception as e:  # a full or failing disk is a failed run, said in one line
         failed = disk_error(e)
         if failed is None:
             raise
         _fail(1, str(failed))
-    except (KeyboardInterrupt, typer.Abort):
-        _fail(130, "interrupted")
 
 
 if __name__ == "__main__":
