@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -48,11 +48,9 @@ from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.errors import UsageError
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
-from llmctl.model.generate import SamplingParams
-from llmctl.model.recompute import check_mode
 from llmctl.tokenizer.vocab import Vocab
-from llmctl.rl.grpo import (ADV_ESTIMATORS, ADV_STD, KL, LOSS_AGG, RATIO_LEVELS, advantages, aggregate, clipped_surrogate,
-                            kl_estimate, rloo_advantages)
+from llmctl.rl.config import RLConfig
+from llmctl.rl.grpo import advantages, aggregate, clipped_surrogate, kl_estimate, rloo_advantages
 from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch
 from llmctl.torchrt import distributed
 from llmctl.torchrt.alloc import keep_freed_memory
@@ -64,7 +62,6 @@ from llmctl.torchrt.rundir import TRAINING_RUN, RunDir
 # per-sample numbers every rank shares after each draw (rl/trainer.py's all-reduced table)
 COLUMNS = ("reward", "correct", "length", "truncated", "masked")
 REWARD, CORRECT, LENGTH, TRUNCATED, MASKED = range(len(COLUMNS))
-SCHEDULES = ("constant", "linear", "cosine")
 # The headroom seeds are (seed, 0, eval position, this tag): four words, where a rollout's are three,
 # (seed, step, prompt position), which SeedSequence pads with 0, so no headroom sample repeats one
 HEADROOM_SEED_TAG = 1
@@ -72,71 +69,6 @@ HEADROOM_SEED_TAG = 1
 # greedy is under 10 points: the gain issue 9 asked of the demo's RL; even a policy that always
 # picked its right sample among the G would not reach it on these prompts
 HEADROOM_MIN_GAIN = 0.10
-
-
-@dataclass
-class RLConfig:
-    steps: int = 50
-    prompts_per_step: int = 8  # the global batch: all ranks together under torchrun
-    group_size: int = 8  # G
-    max_new_tokens: int = 128
-    temperature: float = 1.0  # sampling temperature; log-probs are taken at the same temperature
-    top_p: float = 1.0
-    lr: float = 1e-5
-    # the rate's shape over the run (TRL: warmup_ratio, lr_scheduler_type). An SFT model annealed to
-    # lr 0 loses points when Adam restarts at a high rate, even on gold answers (RESULTS.md, rl held-out)
-    warmup_steps: int = 0  # linear warmup from 0 to lr over the first steps
-    schedule: str = "constant"  # constant | linear (to 0, TRL's default) | cosine (to 10%)
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.99  # small batches (§A4: 0.99+ below ~128 sequences)
-    eps: float = 1e-8
-    grad_clip: float = 1.0
-    adv_estimator: str = "grpo"  # grpo: centered, scaled by --adv-std | rloo: leave-one-out baseline, no scale
-    adv_std: str = "group"  # group | group-bessel | batch | none (Dr. GRPO); grpo only, rloo ignores it
-    clip_low: float = 0.2
-    clip_high: float = 0.28  # DAPO clip-higher
-    ratio_level: str = "token"  # token (PPO/GRPO) | sequence (GSPO: the length-normalized sequence ratio)
-    loss_agg: str = "seq-mean-token-mean"  # GRPO; token-mean (DAPO); seq-sum-const (Dr. GRPO)
-    kl: str = "none"  # none | k2 | k3 (no KL from a rule reward, §A7)
-    kl_coef: float = 0.0
-    epochs: int = 1  # μ: passes over each batch
-    dynamic_sampling: bool = True  # drop groups whose rewards are all equal, draw more prompts
-    max_draws: int = 4  # prompt batches drawn per step at most while filling it
-    truncated: str = "mask"  # mask | zero
-    verifier: str = "math"
-    format_reward: float = 0.0
-    # python verifier: run the code even on a host that lacks one of the sandbox's protections
-    # (Landlock, seccomp, Linux); without it such a host refuses the run at start-up
-    unsafe_sandbox: bool = False
-    micro_batch: int = 16  # sequences per training forward pass
-    recompute: str = "none"  # activation recomputation in the training forwards: none | selective | block
-    weights: str = "auto"  # which weights of the starting checkpoint: auto (its EMA where it has one) | ema | raw
-    gen_batch: int = 64  # sequences per generation batch
-    eval_every: int = 10
-    eval_limit: int = 100
-    headroom_limit: int = 100  # held-out prompts sampled G times before step 0 (pass@1, pass@G, maj@G); 0: off
-    checkpoint_every: int = 25
-    keep_checkpoints: int = 2
-    seed: int = 0
-    device: str = "auto"
-
-    def check(self) -> None:
-        for name, allowed in (("adv_estimator", ADV_ESTIMATORS), ("adv_std", ADV_STD), ("loss_agg", LOSS_AGG), ("kl", KL),
-                              ("truncated", ("mask", "zero")), ("schedule", SCHEDULES), ("ratio_level", RATIO_LEVELS)):
-            if getattr(self, name) not in allowed:
-                raise UsageError(f"rl: {name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        if self.group_size < 2:
-            raise UsageError("rl: group_size must be at least 2 (advantages are relative to the group)")
-        if self.temperature <= 0:
-            raise UsageError("rl: temperature must be > 0 (GRPO needs different samples per group)")
-        if self.kl != "none" and self.kl_coef <= 0:
-            raise UsageError("rl: --kl needs --kl-coef > 0")
-        if self.headroom_limit < 0:
-            raise UsageError(f"rl: headroom_limit must be >= 0 (0 turns the headroom off), got {self.headroom_limit}")
-        check_mode(self.recompute, "rl: recompute")
-        if self.weights not in ckpt_io.WEIGHTS:
-            raise UsageError(f"rl: weights must be one of {', '.join(ckpt_io.WEIGHTS)}, got {self.weights!r}")
 
 
 def group_scores(right: list[bool], answers: list[str | None] | None) -> tuple[float, float, float | None]:
@@ -236,8 +168,7 @@ class RLTrainer:
         P, G = c.prompts_per_step, c.group_size
         share = P // d.world
         lo = d.rank * share  # this rank's slots in every draw
-        params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
-                                stop=self.prompter.stop)
+        params = c.sampling(self.prompter.stop)
         engine = self.prompter.engine(self.model, c.gen_batch)
         tables, mine, kept, zero_var = [], {}, [], 0
         self.model.eval()
@@ -377,7 +308,7 @@ class RLTrainer:
         lo, hi = n * d.rank // d.world, n * (d.rank + 1) // d.world
         self.model.eval()
         engine = self.prompter.engine(self.model, self.cfg.gen_batch)
-        params = SamplingParams(max_new_tokens=self.cfg.max_new_tokens, stop=self.prompter.stop)
+        params = self.cfg.sampling(self.prompter.stop, greedy=True)
         part = self.eval_prompts[lo:hi]
         gens = engine.generate([self.prompter.ids(p["prompt"]) for p in part], params) if part else []
         scores = [0.0] * n
@@ -400,8 +331,7 @@ class RLTrainer:
             return None
         lo, hi = n * d.rank // d.world, n * (d.rank + 1) // d.world
         self.model.eval()
-        params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
-                                stop=self.prompter.stop)  # _collect's
+        params = c.sampling(self.prompter.stop)  # the rollouts' own
         seeds = [row_seed(c.seed, 0, i, HEADROOM_SEED_TAG) for i in range(lo, hi)]
         groups = sample_groups(self.prompter.engine(self.model, c.gen_batch), self.prompter, self.eval_prompts,
                                list(range(lo, hi)), G, params, self.verifier, c.truncated, seeds) if hi > lo else []
