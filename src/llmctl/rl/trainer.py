@@ -86,15 +86,15 @@ def group_scores(right: list[bool], answers: list[str | None] | None) -> tuple[f
 
 
 class RLTrainer:
-    def __init__(self, init: str, prompts_file: str, out: Path, cfg: RLConfig, eval_file: str | None = None,
-                 resume: bool = False, overwrite: bool = False, on_step: Callable[[dict], None] | None = None,
+    def __init__(self, init: str, prompts_file: str, out: Path, cfg: RLConfig, dist: distributed.Dist,
+                 eval_file: str | None = None, resume: bool = False, overwrite: bool = False, on_step: Callable[[dict], None] | None = None,
                  on_log: Callable[[str], None] | None = None):
         from llmctl.rl.rewards import make_verifier
         from llmctl.tasks import load_prompts
 
         cfg.check()
         self.cfg, self.out = cfg, Path(out)
-        self.dist = d = distributed.init(cfg.device)
+        self.dist = d = dist
         if cfg.prompts_per_step % d.world:
             raise UsageError(f"rl: --prompts-per-step {cfg.prompts_per_step} does not split over {d.world} ranks; "
                              f"use a multiple of {d.world} (it is the global batch, all ranks together)")
@@ -440,5 +440,9 @@ class RLTrainer:
 
 
 def run_rl(init: str, prompts: str, out: Path, cfg: RLConfig, **kw) -> Manifest:
-    with rundir.lock(out), distributed.session(distributed.init(cfg.device)):  # init: a no-op outside torchrun
-        return RLTrainer(init, prompts, out, cfg, **kw).run()
+    """`llmctl rl` (under torchrun: in its process group, torn down after the run, or after the
+    trainer's set-up fails)."""
+    with rundir.lock(out):
+        d = distributed.init(cfg.device)  # the run's one init; outside torchrun it only picks the device
+        with distributed.session(d):
+            return RLTrainer(init, prompts, out, cfg, d, **kw).run()
