@@ -15,10 +15,11 @@ from llmctl.artifacts.checkpoint import load_checkpoint
 from llmctl.config import build_config
 from llmctl.errors import UsageError
 from llmctl.rl.config import RLConfig
+from llmctl.rl.evaluate import group_scores
 from llmctl.rl.grpo import rloo_advantages
 from llmctl.rl.rewards import make_verifier
 from llmctl.rl.sandbox import missing_protections
-from llmctl.rl.trainer import group_scores, run_rl
+from llmctl.rl.trainer import run_rl
 from test_sft import SFT_ARGS, tok  # noqa: F401  (fixtures)
 from test_train import SMALL, tokens  # noqa: F401
 

@@ -19,13 +19,8 @@ on the whole batch. Rank 0 gathers the rollouts into the same rollouts/step-N.pa
 writes metrics.jsonl, checkpoints and the manifest (torchrt/rundir.py, the run directory train
 keeps too); held-out evaluation is split across ranks.
 
-Before the first step of a fresh run with held-out prompts, the headroom: on the first
---headroom-limit of them, G samples each at the rollouts' temperature and top-p give pass@1, pass@G
-and maj@G next to greedy accuracy on the same prompts. RL mostly sharpens a model toward answers
-it already samples (spec 001-posttrain-rl: "RL sharpens more than it expands"; Yue et al. 2025,
-"Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base
-Model?"), so maj@G − greedy is what perfect sharpening toward the mode would add, and pass@G −
-greedy bounds what choosing the right sample every time could.
+Held-out accuracy (greedy, every eval_every steps) and, before the first step of a fresh run,
+the headroom (pass@1, pass@G and maj@G next to greedy accuracy) are rl/evaluate.py's.
 """
 
 from __future__ import annotations
@@ -47,9 +42,9 @@ from llmctl.artifacts import checkpoint as ckpt_io
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.errors import UsageError
-from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.tokenizer.vocab import Vocab
 from llmctl.rl.config import RLConfig
+from llmctl.rl.evaluate import HeldOut
 from llmctl.rl.grpo import advantages, aggregate, clipped_surrogate, kl_estimate, rloo_advantages
 from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch
 from llmctl.torchrt import distributed
@@ -62,27 +57,6 @@ from llmctl.torchrt.rundir import TRAINING_RUN, RunDir
 # per-sample numbers every rank shares after each draw (rl/trainer.py's all-reduced table)
 COLUMNS = ("reward", "correct", "length", "truncated", "masked")
 REWARD, CORRECT, LENGTH, TRUNCATED, MASKED = range(len(COLUMNS))
-# The headroom seeds are (seed, 0, eval position, this tag): four words, where a rollout's are three,
-# (seed, step, prompt position), which SeedSequence pads with 0, so no headroom sample repeats one
-HEADROOM_SEED_TAG = 1
-# "Little headroom" when maj@G ≤ greedy (sharpening toward the mode adds nothing) and pass@G −
-# greedy is under 10 points: the gain issue 9 asked of the demo's RL; even a policy that always
-# picked its right sample among the G would not reach it on these prompts
-HEADROOM_MIN_GAIN = 0.10
-
-
-def group_scores(right: list[bool], answers: list[str | None] | None) -> tuple[float, float, float | None]:
-    """One prompt's pass@1 (the share of its samples right), pass@G (some sample right: pass@k's
-    estimator at k = n, spec 001-data-eval §A10) and maj@G: whether the most frequent extracted
-    answer (eval's majority_vote; ties to the first, None never wins) is a right one. A verdict is
-    a function of the extracted answer, so the winner's first sample speaks for all that gave it.
-    answers None (the verifier extracts none): maj@G is None."""
-    G, c = len(right), sum(right)
-    maj = None
-    if answers is not None:
-        winner, _ = majority_vote(answers)
-        maj = float(winner is not None and right[answers.index(winner)])
-    return c / G, pass_at_k(G, c, G), maj
 
 
 class RLTrainer:
@@ -126,7 +100,7 @@ class RLTrainer:
         self.state = ck.trainer_state if resume else {"step": 0, "prompt_position": 0, "chat": self.chat}
         self.prompter = Prompter(Vocab(ck.path), self.chat)
         self.prompts = load_prompts(prompts_file)
-        self.eval_prompts = load_prompts(eval_file)[: cfg.eval_limit] if eval_file else None
+        eval_prompts = load_prompts(eval_file)[: cfg.eval_limit] if eval_file else None
         self.prompts_file, self.eval_file = prompts_file, eval_file
         self.reference = None
         if cfg.kl != "none":
@@ -137,6 +111,7 @@ class RLTrainer:
         keep_freed_memory(self.device)
         if resume and (opt_state := ck.optimizer_state()) is not None:
             self.opt.load_state_dict(opt_state)
+        self.held_out = HeldOut(self.model, eval_prompts, self.prompter, self.verifier, cfg, d) if eval_prompts else None
 
     def _saved_init_weights(self) -> str | None:
         """Which weights of the init checkpoint the run being resumed started from (its config.json)."""
@@ -295,57 +270,6 @@ class RLTrainer:
         c = self.cfg
         return lr_at(self.state["step"] + 1, peak=c.lr, total=c.steps, warmup=c.warmup_steps, schedule=c.schedule)
 
-    def evaluate(self) -> dict | None:
-        """Greedy accuracy on the held-out prompts; under torchrun each rank answers a contiguous slice."""
-        if not self.eval_prompts:
-            return None
-        return summarize_scores(self._greedy_scores())
-
-    @torch.no_grad()
-    def _greedy_scores(self) -> list[float]:
-        """Each held-out prompt's greedy 0/1 score, the same list on every rank."""
-        d, n = self.dist, len(self.eval_prompts)
-        lo, hi = n * d.rank // d.world, n * (d.rank + 1) // d.world
-        self.model.eval()
-        engine = self.prompter.engine(self.model, self.cfg.gen_batch)
-        params = self.cfg.sampling(self.prompter.stop, greedy=True)
-        part = self.eval_prompts[lo:hi]
-        gens = engine.generate([self.prompter.ids(p["prompt"]) for p in part], params) if part else []
-        scores = [0.0] * n
-        scores[lo:hi] = [float(bool(self.verifier.verify(g.text, p["reference"]).correct)) for g, p in zip(gens, part)]
-        return distributed.all_reduce_sum(scores, d)
-
-    @torch.no_grad()
-    def headroom(self, greedy: list[float]) -> dict | None:
-        """pass@1, pass@G and maj@G of G samples at the rollouts' temperature and top-p, and greedy
-        accuracy (`greedy`: the held-out prompts' greedy scores), on the first headroom_limit
-        held-out prompts. Each rank samples a contiguous slice of them, every rank returns the whole.
-
-        A sample counts as correct as in evaluate(). maj@G is right when the most frequent extracted
-        answer (eval's majority_vote) is a correct one; it is left out for a verifier that extracts
-        no answer (Verifier.extracts_answers). The samples are seeded by (seed, position): a rerun
-        gives the same numbers, on any number of ranks."""
-        c, d, G = self.cfg, self.dist, self.cfg.group_size
-        n = min(c.headroom_limit, len(self.eval_prompts or ()))
-        if not n:
-            return None
-        lo, hi = n * d.rank // d.world, n * (d.rank + 1) // d.world
-        self.model.eval()
-        params = c.sampling(self.prompter.stop)  # the rollouts' own
-        seeds = [row_seed(c.seed, 0, i, HEADROOM_SEED_TAG) for i in range(lo, hi)]
-        groups = sample_groups(self.prompter.engine(self.model, c.gen_batch), self.prompter, self.eval_prompts,
-                               list(range(lo, hi)), G, params, self.verifier, c.truncated, seeds) if hi > lo else []
-        table = np.zeros((n, 3))
-        for i, group in zip(range(lo, hi), groups):
-            answers = [self.verifier.answer(s.text) for s in group] if self.verifier.extracts_answers else None
-            table[i] = [0.0 if v is None else v for v in group_scores([bool(s.correct) for s in group], answers)]
-        pass1, passG, maj = np.array(distributed.all_reduce_sum(table.ravel().tolist(), d)).reshape(n, 3).mean(0)
-        out = {"n": n, "temperature": c.temperature, "top_p": c.top_p, "greedy": float(np.mean(greedy[:n])),
-               "pass@1": float(pass1), f"pass@{G}": float(passG)}
-        if self.verifier.extracts_answers:
-            out[f"maj@{G}"] = float(maj)
-        return {k: round(v, 6) if isinstance(v, float) else v for k, v in out.items()}
-
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> Manifest:
@@ -373,16 +297,10 @@ class RLTrainer:
     def _loop(self, metrics) -> dict | None:
         """The steps still to run (an evaluation first on a fresh run); returns the last evaluation."""
         c = self.cfg
-        if self.state["step"] == 0 and self.eval_prompts:
-            greedy = self._greedy_scores()
-            ev = summarize_scores(greedy)
-            rec = {"step": 0, "eval": ev}
-            self.on_log(f"step 0: held-out accuracy {ev['mean']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}] (n={ev['n']})")
-            t0 = time.perf_counter()
-            if (hr := self.headroom(greedy)) is not None:
-                rec["headroom"], rec["headroom_s"] = hr, round(time.perf_counter() - t0, 3)
-                self.state["headroom"] = hr  # kept in the checkpoints: a resumed run's manifest still has it
-                self._log_headroom(hr)
+        if self.state["step"] == 0 and self.held_out:
+            rec = self.held_out.step_zero(self.on_log)
+            if "headroom" in rec:
+                self.state["headroom"] = rec["headroom"]  # kept in the checkpoints: a resumed run's manifest still has it
             metrics.log(rec)
         last_eval = None
         while self.state["step"] < c.steps:
@@ -400,23 +318,13 @@ class RLTrainer:
                    "groups_trained": len(kept_table), "generate_s": round(t1 - t0, 3), "score_s": round(t2 - t1, 3),
                    "train_s": round(t3 - t2, 3), "tokens_per_s": round(gen_tokens / max(1e-9, t3 - t0), 1)}
             self._write_rollouts(sampled, self.state["step"])
-            if self.eval_prompts and c.eval_every and (self.state["step"] % c.eval_every == 0 or self.state["step"] == c.steps):
-                rec["eval"] = last_eval = self.evaluate()
+            if self.held_out and c.eval_every and (self.state["step"] % c.eval_every == 0 or self.state["step"] == c.steps):
+                rec["eval"] = last_eval = self.held_out.evaluate()
             metrics.log(rec)
             self.on_step(rec)
             if self.state["step"] % c.checkpoint_every == 0 or self.state["step"] == c.steps:
                 self._checkpoint()
         return last_eval
-
-    def _log_headroom(self, hr: dict) -> None:
-        G = self.cfg.group_size
-        maj = hr.get(f"maj@{G}")
-        top_p = f", top-p {hr['top_p']:g}" if hr["top_p"] < 1 else ""
-        self.on_log(f"step 0: headroom on {hr['n']} held-out prompts at T={hr['temperature']:g}{top_p}: greedy {hr['greedy']:.2f}, "
-                    f"pass@1 {hr['pass@1']:.2f}, " + ("" if maj is None else f"maj@{G} {maj:.2f}, ") + f"pass@{G} {hr[f'pass@{G}']:.2f}")
-        if (maj is None or maj <= hr["greedy"]) and hr[f"pass@{G}"] - hr["greedy"] < HEADROOM_MIN_GAIN:
-            why = f"maj@{G} is the sharpening ceiling" if maj is not None else f"pass@{G} − greedy < {HEADROOM_MIN_GAIN:g}"
-            self.on_log(f"warning: RL mostly sharpens toward answers the model already samples ({why}): little headroom")
 
     def _write_rollouts(self, sampled: list[tuple[tuple[int, int], list[Sample]]], step: int) -> None:
         """One file for the step on rank 0: every rank's groups, in (draw, slot) order as one process writes them."""
