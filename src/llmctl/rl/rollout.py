@@ -1,4 +1,5 @@
-"""Rollouts: G sampled completions per prompt from the shared generation engine, scored by a verifier.
+"""Rollouts: G sampled completions per prompt from the shared generation engine, scored by a
+verifier, and the file each step's rollouts are written to (RolloutWriter).
 
 A completion cut at max_new_tokens is `truncated`; by default it is masked out of the loss (DAPO's
 overlong filtering, spec 001-posttrain-rl §A5: "masked truncation"), with `--truncated zero` it
@@ -8,11 +9,17 @@ keeps reward 0. A verifier's infrastructure failure is also masked, never scored
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
+from llmctl.artifacts.atomic import atomic_path
 from llmctl.tasks.gsm8k import PROMPT as GSM8K_PROMPT, STOP as GSM8K_STOP
 from llmctl.model.generate import Engine, Generation, SamplingParams
+from llmctl.torchrt import distributed
 
 
 @dataclass
@@ -87,3 +94,25 @@ def sequence_batch(samples: list[Sample], pad_id: int = 0) -> tuple[torch.Tensor
         start = len(s.prompt_ids) - 1  # logits at this position predict the first completion token
         targets[r, start : len(seq) - 1] = torch.tensor(seq[start + 1 :])
     return inputs, targets, (targets != -100).float()
+
+
+class RolloutWriter:
+    """rollouts/step-N.parquet: one row per sample of the step (its prompt, completion, reward,
+    verdict, advantage, length, truncated, masked), written by rank 0 alone."""
+
+    def __init__(self, directory: Path, prompts: list[dict], dist: distributed.Dist):
+        self.directory, self.prompts, self.dist = directory, prompts, dist
+
+    def write(self, sampled: list[tuple[tuple[int, int], list[Sample]]], step: int) -> None:
+        """One file for the step on rank 0: every rank's groups, in (draw, slot) order as one process writes them."""
+        rows = [(key, [{"step": step, "prompt_index": s.prompt_index, "prompt": self.prompts[s.prompt_index]["prompt"],
+                        "completion": s.text, "reward": s.reward, "correct": s.correct, "advantage": s.advantage,
+                        "length": len(s.completion_ids), "truncated": s.truncated, "masked": s.masked} for s in g])
+                for key, g in sampled]
+        gathered = distributed.gather_objects(rows, self.dist)
+        if gathered is None:
+            return
+        ordered = sorted((item for part in gathered for item in part), key=lambda kv: kv[0])
+        table = pa.Table.from_pylist([r for _, group in ordered for r in group])
+        with atomic_path(self.directory / f"step-{step:06d}.parquet") as tmp:
+            pq.write_table(table, tmp)

@@ -32,21 +32,18 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
 from llmctl import __version__
 from llmctl.artifacts import checkpoint as ckpt_io
-from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.errors import UsageError
 from llmctl.tokenizer.vocab import Vocab
 from llmctl.rl.config import RLConfig
 from llmctl.rl.evaluate import HeldOut
 from llmctl.rl.grpo import advantages, aggregate, clipped_surrogate, kl_estimate, rloo_advantages
-from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch
+from llmctl.rl.rollout import Prompter, RolloutWriter, Sample, row_seed, sample_groups, sequence_batch
 from llmctl.torchrt import distributed
 from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
@@ -102,6 +99,7 @@ class RLTrainer:
         self.prompts = load_prompts(prompts_file)
         eval_prompts = load_prompts(eval_file)[: cfg.eval_limit] if eval_file else None
         self.prompts_file, self.eval_file = prompts_file, eval_file
+        self.rollouts = RolloutWriter(self.out / "rollouts", self.prompts, d)
         self.reference = None
         if cfg.kl != "none":
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -280,7 +278,7 @@ class RLTrainer:
             "prompts": self.prompts_file, "eval": self.eval_file,
             "chat": self.chat, "world_size": d.world, "llmctl_version": __version__})
         if d.is_main:
-            (self.out / "rollouts").mkdir(exist_ok=True)
+            self.rollouts.directory.mkdir(exist_ok=True)
         with self.run_dir.metrics(self.state["step"]) as metrics:
             last_eval = self._loop(metrics)
         counts = {"steps": self.state["step"], "prompts_drawn": self.state["prompt_position"]}
@@ -317,7 +315,7 @@ class RLTrainer:
             rec = {"step": self.state["step"], **{k: round(v, 6) if isinstance(v, float) else v for k, v in {**info, **stats}.items()},
                    "groups_trained": len(kept_table), "generate_s": round(t1 - t0, 3), "score_s": round(t2 - t1, 3),
                    "train_s": round(t3 - t2, 3), "tokens_per_s": round(gen_tokens / max(1e-9, t3 - t0), 1)}
-            self._write_rollouts(sampled, self.state["step"])
+            self.rollouts.write(sampled, self.state["step"])
             if self.held_out and c.eval_every and (self.state["step"] % c.eval_every == 0 or self.state["step"] == c.steps):
                 rec["eval"] = last_eval = self.held_out.evaluate()
             metrics.log(rec)
@@ -325,20 +323,6 @@ class RLTrainer:
             if self.state["step"] % c.checkpoint_every == 0 or self.state["step"] == c.steps:
                 self._checkpoint()
         return last_eval
-
-    def _write_rollouts(self, sampled: list[tuple[tuple[int, int], list[Sample]]], step: int) -> None:
-        """One file for the step on rank 0: every rank's groups, in (draw, slot) order as one process writes them."""
-        rows = [(key, [{"step": step, "prompt_index": s.prompt_index, "prompt": self.prompts[s.prompt_index]["prompt"],
-                        "completion": s.text, "reward": s.reward, "correct": s.correct, "advantage": s.advantage,
-                        "length": len(s.completion_ids), "truncated": s.truncated, "masked": s.masked} for s in g])
-                for key, g in sampled]
-        gathered = distributed.gather_objects(rows, self.dist)
-        if gathered is None:
-            return
-        ordered = sorted((item for part in gathered for item in part), key=lambda kv: kv[0])
-        table = pa.Table.from_pylist([r for _, group in ordered for r in group])
-        with atomic_path(self.out / "rollouts" / f"step-{step:06d}.parquet") as tmp:
-            pq.write_table(table, tmp)
 
     def _checkpoint(self) -> None:
         # sampling is seeded by (seed, step, position) and prompts by (seed, position): no RNG state to carry
