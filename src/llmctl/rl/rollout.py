@@ -8,6 +8,7 @@ keeps reward 0. A verifier's infrastructure failure is also masked, never scored
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,8 +18,9 @@ import pyarrow.parquet as pq
 import torch
 
 from llmctl.artifacts.atomic import atomic_path
-from llmctl.tasks.gsm8k import PROMPT as GSM8K_PROMPT, STOP as GSM8K_STOP
+from llmctl.errors import UsageError
 from llmctl.model.generate import Engine, Generation, SamplingParams
+from llmctl.tasks.base import Family
 from llmctl.torchrt import distributed
 
 
@@ -38,20 +40,33 @@ class Sample:
 
 class Prompter:
     """How a prompt becomes ids: the chat template for chat (SFT/RL or imported instruct)
-    checkpoints, eval's plain Q/A format else; generation stops at the vocabulary's stop ids."""
+    checkpoints; else the plain prompt of the task family that read the prompts (`families`, one
+    per prompt, tasks/registry.read_prompts), whose stop strings then end a generation too: GSM8K's
+    "Question: …\\nAnswer:" for {prompt | question, answer} records, MATH's "Problem: …\\nAnswer:"
+    for MATH's. Generation always stops at the vocabulary's stop ids. A plain prompt needs one
+    family: prompts read by several (named by `source`, their file) are refused."""
 
-    def __init__(self, vocab, chat: bool):
+    def __init__(self, vocab, chat: bool, families: Sequence[Family], source: str = "the prompt file"):
         self.vocab, self.chat = vocab, chat
         self.template = vocab.require_chat() if chat else None
-        self.stop = () if chat else GSM8K_STOP
+        self.family = None if chat else _one_family(families, source)
+        self.stop = () if chat else self.family.stop
 
     def ids(self, prompt: str) -> list[int]:
         if self.template is not None:
             return self.template.prompt_ids([{"role": "user", "content": prompt}])
-        return self.vocab.prompt_ids(GSM8K_PROMPT.format(question=prompt))
+        return self.vocab.prompt_ids(self.family.rl_plain_prompt(prompt))
 
     def engine(self, model, batch_size: int) -> Engine:
         return Engine.for_vocab(model, self.vocab, self.chat, batch_size)
+
+
+def _one_family(families: Sequence[Family], source: str) -> Family:
+    by_name = {f.name: f for f in families}
+    if len(by_name) != 1:
+        raise UsageError(f"rl: {source} holds prompts of {len(by_name)} task families ({', '.join(by_name)}); a checkpoint "
+                         "without a chat template is given its family's plain prompt and stop strings, so one family per file")
+    return next(iter(by_name.values()))
 
 
 def row_seed(*parts: int) -> int:

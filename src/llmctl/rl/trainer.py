@@ -61,7 +61,7 @@ class RLTrainer:
                  eval_file: str | None = None, resume: bool = False, overwrite: bool = False, on_step: Callable[[dict], None] | None = None,
                  on_log: Callable[[str], None] | None = None):
         from llmctl.rl.rewards import make_verifier
-        from llmctl.tasks import load_prompts
+        from llmctl.tasks import read_prompts
 
         cfg.check()
         self.cfg, self.out = cfg, Path(out)
@@ -95,9 +95,13 @@ class RLTrainer:
         self.tokenizer_file = ck.tokenizer_file
         self.chat = bool(ck.trainer_state.get("chat"))
         self.state = ck.trainer_state if resume else {"step": 0, "prompt_position": 0, "chat": self.chat}
-        self.prompter = Prompter(Vocab(ck.path), self.chat)
-        self.prompts = load_prompts(prompts_file)
-        eval_prompts = load_prompts(eval_file)[: cfg.eval_limit] if eval_file else None
+        vocab = Vocab(ck.path)
+        self.prompts, families = read_prompts(prompts_file)
+        self.prompter = Prompter(vocab, self.chat, families, prompts_file)
+        eval_prompts, eval_families = read_prompts(eval_file) if eval_file else ([], [])
+        eval_prompts, eval_families = eval_prompts[: cfg.eval_limit], eval_families[: cfg.eval_limit]
+        # held-out prompts are given in their own family's format, which need not be the training prompts'
+        eval_prompter = Prompter(vocab, self.chat, eval_families, eval_file) if eval_prompts else None
         self.prompts_file, self.eval_file = prompts_file, eval_file
         self.rollouts = RolloutWriter(self.out / "rollouts", self.prompts, d)
         self.reference = None
@@ -109,7 +113,7 @@ class RLTrainer:
         keep_freed_memory(self.device)
         if resume and (opt_state := ck.optimizer_state()) is not None:
             self.opt.load_state_dict(opt_state)
-        self.held_out = HeldOut(self.model, eval_prompts, self.prompter, self.verifier, cfg, d) if eval_prompts else None
+        self.held_out = HeldOut(self.model, eval_prompts, eval_prompter, self.verifier, cfg, d) if eval_prompts else None
 
     def _saved_init_weights(self) -> str | None:
         """Which weights of the init checkpoint the run being resumed started from (its config.json)."""
