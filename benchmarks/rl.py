@@ -199,7 +199,7 @@ PROFILE_PARTS = [
     ("backward", "  backward", False),
     ("clip", "  `clip_grad_norm_`", False),
     ("optim", "  AdamW step", False),
-    ("rollouts", "rollouts Parquet (`_write_rollouts`)", True),
+    ("rollouts", "rollouts Parquet (`RolloutWriter.write`)", True),
 ]
 
 
@@ -210,7 +210,7 @@ def profile_child(ckpt: str, prompts_file: str, out: str, argv_json: str, result
     from llmctl import cli
     from llmctl.model import generate as gen_mod
     from llmctl.model.transformer import Transformer
-    from llmctl.rl import rewards, trainer as tr
+    from llmctl.rl import rewards, rollout, trainer as tr
 
     acc: dict[str, list[float]] = {k: [0.0, 0.0] for k, *_ in PROFILE_PARTS}
     state = {"in_gen": False, "t0": None, "steps": 0, "step_total": [0.0, 0.0]}
@@ -257,7 +257,7 @@ def profile_child(ckpt: str, prompts_file: str, out: str, argv_json: str, result
     wrap(torch.Tensor, "backward", "backward")
     wrap(torch.nn.utils, "clip_grad_norm_", "clip")
     wrap(torch.optim.AdamW, "step", "optim")
-    orig_write = tr.RLTrainer._write_rollouts
+    orig_write = rollout.RolloutWriter.write
 
     def write_rollouts(self, groups, step):
         c0 = clock()
@@ -272,7 +272,7 @@ def profile_child(ckpt: str, prompts_file: str, out: str, argv_json: str, result
             state["step_total"] = [now[0] - state["t0"][0], now[1] - state["t0"][1]]
         state["t0"] = state["t0"] or now
 
-    tr.RLTrainer._write_rollouts = write_rollouts
+    rollout.RolloutWriter.write = write_rollouts
     try:
         cli.main(json.loads(argv_json))
     except SystemExit as e:

@@ -508,7 +508,7 @@ def test_every_shipped_preset_is_within_the_bounds():
     from llmctl.data.extract import ExtractConfig
     from llmctl.data.filter import FilterConfig
     from llmctl.eval.runner import EvalConfig
-    from llmctl.rl.trainer import RLConfig
+    from llmctl.rl.config import RLConfig
     from llmctl.train.config import load_run_config
 
     stages = ROOT / "stages"

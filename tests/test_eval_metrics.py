@@ -15,19 +15,16 @@ import pytest
 from llmctl.errors import UsageError
 from llmctl.eval.compare import compare_results
 from llmctl.eval.metrics import (
-    clustered_se,
-    maj_at_k,
     majority_vote,
     mcnemar_counts,
     mcnemar_var,
     paired_gap,
     pass_at_k,
-    pass_hat_k,
     questions_needed,
     summarize_scores,
-    unpaired_se,
     wilson_interval,
 )
+from spec_stats import clustered_se, maj_at_k, pass_hat_k, unpaired_se
 
 # --- single score ---------------------------------------------------------------------------
 

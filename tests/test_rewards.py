@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,26 @@ from llmctl.rl.rewards import (
     Verdict,
     extract_code,
     make_verifier,
-    verify_many,
 )
 from llmctl.rl.sandbox import Limits, run_python
 from llmctl.tasks.answers import GenScoring, math_answer
+
+
+# Test helpers that lived in rl/rewards.py, which no command used
+def from_scoring(scoring: GenScoring) -> MathVerifier:
+    """A math verifier with the same rules as an eval ``GenScoring`` (main rule, then its fallback)."""
+    return MathVerifier(tuple(r for r in (scoring.extract, scoring.fallback) if r))
+
+
+def verify_many(verifier, completions, references, workers: int = 1) -> list[Verdict]:
+    """Verdicts for many (completion, reference) pairs, in order; ``workers > 1`` runs them on a
+    thread pool (worth it for ``python``, whose time is spent in subprocesses)."""
+    if len(completions) != len(references):
+        raise UsageError(f"verify_many: {len(completions)} completions but {len(references)} references")
+    if workers <= 1:
+        return [verifier.verify(c, r) for c, r in zip(completions, references)]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(verifier.verify, completions, references))
 
 
 def _gsm8k(n: int | None = None) -> list[dict]:
@@ -66,7 +83,7 @@ def test_math_rule_order_and_no_answer_and_unusable_reference():
     text = "\\boxed{7} and later 9"
     assert MathVerifier().answer(text) == "7"  # after_hash, boxed, last_number
     assert MathVerifier(("last_number",)).answer(text) == "9"
-    assert MathVerifier.from_scoring(GenScoring()).answer(text) == GenScoring().answer(text) == "9"  # eval's rules
+    assert from_scoring(GenScoring()).answer(text) == GenScoring().answer(text) == "9"  # eval's rules
     assert MathVerifier().answer("#### 3/4") == "0.75" and MathVerifier().answer("x \\boxed{\\frac{1}{3}}") == "1/3"
     none = make_verifier("math").verify("I do not know.", "#### 5")
     assert none == Verdict(0.0, False, False, none.detail) and "no answer" in none.detail

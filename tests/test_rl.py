@@ -14,10 +14,14 @@ from conftest import llmctl
 from llmctl.model.load import load_checkpoint
 from llmctl.config import build_config
 from llmctl.errors import UsageError
+from llmctl.rl.config import RLConfig
+from llmctl.rl.evaluate import group_scores
 from llmctl.rl.grpo import rloo_advantages
 from llmctl.rl.rewards import make_verifier
+from llmctl.rl.rollout import Prompter
 from llmctl.rl.sandbox import missing_protections
-from llmctl.rl.trainer import RLConfig, group_scores, run_rl
+from llmctl.rl.trainer import run_rl
+from llmctl.tasks import read_prompts
 from test_sft import SFT_ARGS, tok  # noqa: F401  (fixtures)
 from test_train import SMALL, tokens  # noqa: F401
 
@@ -123,6 +127,39 @@ def test_rl_python_verifier_runs_its_completions_in_the_sandbox(sft_model, tmp_p
                "--seed", "1", check=True)
     assert "python verifier: sandbox landlock+seccomp+rlimits" in p.stderr.decode()
     assert records(run)[-1]["masked_share"] == 0.0
+
+
+def test_prompter_takes_the_plain_prompt_and_stop_strings_from_the_family_that_read_the_prompts(tmp_path):
+    """Without a chat template a prompt is written in the format of the task family that read it:
+    GSM8K's for {question, answer} records, MATH's for MATH's (it was GSM8K's for every family);
+    a file of both is refused; a chat checkpoint uses its template and no stop strings."""
+    class Plain:  # a vocabulary without a chat template: a prompt's ids are its bytes
+        def prompt_ids(self, text):
+            return list(text.encode())
+
+    class Chat(Plain):
+        def require_chat(self):
+            return self
+
+    files = {"gsm": {"question": "What is 2 plus 2?", "answer": "2 + 2 = 4\n#### 4"},
+             "math": {"problem": "What is $1+1$?", "solution": "So $\\boxed{2}$."}}
+    for name, rec in files.items():
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps(rec) + "\n")
+    (tmp_path / "both.jsonl").write_text("".join(json.dumps(r) + "\n" for r in files.values()))
+
+    prompts, families = read_prompts(tmp_path / "gsm.jsonl")
+    p = Prompter(Plain(), False, families)
+    assert bytes(p.ids(prompts[0]["prompt"])).decode() == "Question: What is 2 plus 2?\nAnswer:"
+    assert p.stop == ("\n\nQuestion:", "Question:", "\n\n")
+    prompts, families = read_prompts(tmp_path / "math.jsonl")
+    p = Prompter(Plain(), False, families)
+    assert bytes(p.ids(prompts[0]["prompt"])).decode() == "Problem: What is $1+1$?\nAnswer:"
+    assert p.stop == ("Problem:",)
+
+    _, families = read_prompts(tmp_path / "both.jsonl")
+    with pytest.raises(UsageError, match=r"rl: both.jsonl holds prompts of 2 task families \(prompt-answer, math\)"):
+        Prompter(Plain(), False, families, "both.jsonl")
+    assert Prompter(Chat(), True, families).stop == ()
 
 
 # -- RLOO, GSPO and the headroom at step 0 ---------------------------------------------------

@@ -57,7 +57,8 @@ def rl(
     """GRPO (and Dr. GRPO / DAPO / RLOO / GSPO variants) on verifiable rewards, with the shared generation engine;
     under torchrun each rank samples its slice of every step's prompts and gradients are summed."""
     from llmctl.config import build_config
-    from llmctl.rl.trainer import RLConfig, run_rl
+    from llmctl.rl.config import RLConfig
+    from llmctl.rl.trainer import run_rl
 
     quiet, as_json = flags(quiet, json_)
     overrides = dict(steps=steps, group_size=group_size, prompts_per_step=prompts_per_step, max_new_tokens=max_new_tokens, lr=lr,

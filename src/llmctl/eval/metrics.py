@@ -1,4 +1,4 @@
-"""Eval statistics: error bars, pass@k / pass^k / maj@k, paired comparison. (Answer extraction and
+"""Eval statistics: error bars, pass@k and the majority vote, paired comparison. (Answer extraction and
 canonical numbers are llmctl/tasks/answers.py.)
 
 Pure Python (math, statistics). Formulas follow spec 001-data-eval §A10 (estimators)
@@ -79,19 +79,12 @@ def summarize_scores(scores: Sequence[float], z: float = 1.96, k_samples: int | 
     return {"n": n, "mean": mean, "se": se, "ci_low": lo, "ci_high": hi, "interval": interval}
 
 
-def clustered_se(se: float, n: int, cluster_size: float, icc: float) -> tuple[float, float]:
-    """Clustered questions (§A11): DE = 1 + (g-1)·ρ_ICC, SE_cl = SE·sqrt(DE), n_eff = n/DE.
-
-    Returns (SE_cl, n_eff)."""
-    de = 1 + (cluster_size - 1) * icc
-    return se * math.sqrt(de), n / de
-
-
 # ---------------------------------------------------------------------------------------------
 # Sampling estimators (§A10)
 
 
-def _check_nck(n: int, c: int, k: int) -> None:
+def check_nck(n: int, c: int, k: int) -> None:
+    """ValueError unless 0 ≤ c ≤ n and 1 ≤ k ≤ n: the (samples, correct, k) an estimator is defined for."""
     if not (0 <= c <= n):
         raise ValueError(f"need 0 ≤ c ≤ n, got n={n}, c={c}")
     if k < 1:
@@ -105,21 +98,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
     Computed in the stable product form 1 - prod_{j=n-c+1..n} (1 - k/j). n samples, c correct.
     Average over problems for the benchmark score. ValueError when k > n (not identified)."""
-    _check_nck(n, c, k)
+    check_nck(n, c, k)
     if n - c < k:
         return 1.0
     prod = 1.0
     for j in range(n - c + 1, n + 1):
         prod *= 1 - k / j
     return 1 - prod
-
-
-def pass_hat_k(n: int, c: int, k: int) -> float:
-    """pass^k for one problem (§A10): C(c,k)/C(n,k), the chance that k draws are all correct.
-
-    Exact integer binomials; average over problems for the benchmark score."""
-    _check_nck(n, c, k)
-    return math.comb(c, k) / math.comb(n, k)
 
 
 def majority_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
@@ -134,17 +119,6 @@ def majority_vote(answers: Sequence[str | None]) -> tuple[str | None, int]:
         if a is not None and counts[a] == best:
             return a, best
     raise AssertionError("unreachable")
-
-
-def maj_at_k(answers: Sequence[str | None], reference: str, k: int | None = None) -> float:
-    """maj@k for one problem: 1.0 when the majority vote over the first k answers equals the
-    reference, else 0.0 (§A10: majority vote is a separate metric from pass@1). Answers and
-    reference should already be extracted and canonicalized (``llmctl.tasks.answers.canonical_number``)."""
-    k = len(answers) if k is None else k
-    if k < 1 or k > len(answers):
-        raise ValueError(f"maj@k needs 1 ≤ k ≤ {len(answers)} answers, got k={k}")
-    winner, _ = majority_vote(answers[:k])
-    return float(winner is not None and winner == reference)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,9 +172,3 @@ def questions_needed(var_d: float, gap: float, alpha: float = 0.05, power: float
         raise ValueError("questions_needed: the gap to detect must be nonzero")
     z = _normal_quantile(1 - alpha / 2) + _normal_quantile(power)
     return math.ceil(z * z * var_d / (gap * gap))
-
-
-def unpaired_se(a1: float, n1: int, a2: float, n2: int) -> float:
-    """SE of the gap between two accuracies on independent question sets (§A11):
-    sqrt(a1(1-a1)/n1 + a2(1-a2)/n2)."""
-    return math.sqrt(a1 * (1 - a1) / n1 + a2 * (1 - a2) / n2)

@@ -17,8 +17,6 @@ import dataclasses
 import re
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,8 +74,8 @@ class Verifier(ABC):
 @dataclass
 class MathVerifier(Verifier):
     """Reward 1 when the completion's final number equals the reference's, else 0. ``rules`` is
-    the extraction order (after_hash | boxed | last_number). For eval's exact behaviour use
-    ``MathVerifier.from_scoring(GenScoring(...))``."""
+    the extraction order (after_hash | boxed | last_number); given eval's ``GenScoring`` rules (its
+    extract, then its fallback) it reads answers as eval does (both call tasks/answers.math_answer)."""
 
     rules: tuple[str, ...] = DEFAULT_MATH_RULES
     name = "math"
@@ -89,11 +87,6 @@ class MathVerifier(Verifier):
             raise UsageError("math verifier: no extraction rules")
         for rule in self.rules:
             extract_answer("", rule)  # UsageError naming the choices for an unknown rule
-
-    @classmethod
-    def from_scoring(cls, scoring) -> MathVerifier:
-        """The same rules as an eval ``GenScoring`` (main rule, then its fallback)."""
-        return cls(tuple(r for r in (scoring.extract, scoring.fallback) if r))
 
     def answer(self, completion: str) -> str | None:
         return math_answer(completion, self.rules)
@@ -395,14 +388,3 @@ def make_verifier(name: str, format_reward: float = 0.0, format_pattern: str | N
         raise UsageError("format_reward applies to a main verifier, not to 'format' itself")
     return CombinedVerifier(main, FormatVerifier(reward=format_reward, pattern=format_pattern))
 
-
-def verify_many(verifier: Verifier, completions: Sequence[str], references: Sequence[Any],
-                workers: int = 1) -> list[Verdict]:
-    """Verdicts for many (completion, reference) pairs, in order; ``workers > 1`` runs them on a
-    thread pool (worth it for ``python``, whose time is spent in subprocesses)."""
-    if len(completions) != len(references):
-        raise UsageError(f"verify_many: {len(completions)} completions but {len(references)} references")
-    if workers <= 1:
-        return [verifier.verify(c, r) for c, r in zip(completions, references)]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(verifier.verify, completions, references))

@@ -1,4 +1,5 @@
-"""Rollouts: G sampled completions per prompt from the shared generation engine, scored by a verifier.
+"""Rollouts: G sampled completions per prompt from the shared generation engine, scored by a
+verifier, and the file each step's rollouts are written to (RolloutWriter).
 
 A completion cut at max_new_tokens is `truncated`; by default it is masked out of the loss (DAPO's
 overlong filtering, spec 001-posttrain-rl §A5: "masked truncation"), with `--truncated zero` it
@@ -7,12 +8,20 @@ keeps reward 0. A verifier's infrastructure failure is also masked, never scored
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
-from llmctl.tasks.gsm8k import PROMPT as GSM8K_PROMPT, STOP as GSM8K_STOP
+from llmctl.artifacts.atomic import atomic_path
+from llmctl.errors import UsageError
 from llmctl.model.generate import Engine, Generation, SamplingParams
+from llmctl.tasks.base import Family
+from llmctl.torchrt import distributed
 
 
 @dataclass
@@ -31,20 +40,33 @@ class Sample:
 
 class Prompter:
     """How a prompt becomes ids: the chat template for chat (SFT/RL or imported instruct)
-    checkpoints, eval's plain Q/A format else; generation stops at the vocabulary's stop ids."""
+    checkpoints; else the plain prompt of the task family that read the prompts (`families`, one
+    per prompt, tasks/registry.read_prompts), whose stop strings then end a generation too: GSM8K's
+    "Question: …\\nAnswer:" for {prompt | question, answer} records, MATH's "Problem: …\\nAnswer:"
+    for MATH's. Generation always stops at the vocabulary's stop ids. A plain prompt needs one
+    family: prompts read by several (named by `source`, their file) are refused."""
 
-    def __init__(self, vocab, chat: bool):
+    def __init__(self, vocab, chat: bool, families: Sequence[Family], source: str = "the prompt file"):
         self.vocab, self.chat = vocab, chat
         self.template = vocab.require_chat() if chat else None
-        self.stop = () if chat else GSM8K_STOP
+        self.family = None if chat else _one_family(families, source)
+        self.stop = () if chat else self.family.stop
 
     def ids(self, prompt: str) -> list[int]:
         if self.template is not None:
             return self.template.prompt_ids([{"role": "user", "content": prompt}])
-        return self.vocab.prompt_ids(GSM8K_PROMPT.format(question=prompt))
+        return self.vocab.prompt_ids(self.family.rl_plain_prompt(prompt))
 
     def engine(self, model, batch_size: int) -> Engine:
         return Engine.for_vocab(model, self.vocab, self.chat, batch_size)
+
+
+def _one_family(families: Sequence[Family], source: str) -> Family:
+    by_name = {f.name: f for f in families}
+    if len(by_name) != 1:
+        raise UsageError(f"rl: {source} holds prompts of {len(by_name)} task families ({', '.join(by_name)}); a checkpoint "
+                         "without a chat template is given its family's plain prompt and stop strings, so one family per file")
+    return next(iter(by_name.values()))
 
 
 def row_seed(*parts: int) -> int:
@@ -87,3 +109,25 @@ def sequence_batch(samples: list[Sample], pad_id: int = 0) -> tuple[torch.Tensor
         start = len(s.prompt_ids) - 1  # logits at this position predict the first completion token
         targets[r, start : len(seq) - 1] = torch.tensor(seq[start + 1 :])
     return inputs, targets, (targets != -100).float()
+
+
+class RolloutWriter:
+    """rollouts/step-N.parquet: one row per sample of the step (its prompt, completion, reward,
+    verdict, advantage, length, truncated, masked), written by rank 0 alone."""
+
+    def __init__(self, directory: Path, prompts: list[dict], dist: distributed.Dist):
+        self.directory, self.prompts, self.dist = directory, prompts, dist
+
+    def write(self, sampled: list[tuple[tuple[int, int], list[Sample]]], step: int) -> None:
+        """One file for the step on rank 0: every rank's groups, in (draw, slot) order as one process writes them."""
+        rows = [(key, [{"step": step, "prompt_index": s.prompt_index, "prompt": self.prompts[s.prompt_index]["prompt"],
+                        "completion": s.text, "reward": s.reward, "correct": s.correct, "advantage": s.advantage,
+                        "length": len(s.completion_ids), "truncated": s.truncated, "masked": s.masked} for s in g])
+                for key, g in sampled]
+        gathered = distributed.gather_objects(rows, self.dist)
+        if gathered is None:
+            return
+        ordered = sorted((item for part in gathered for item in part), key=lambda kv: kv[0])
+        table = pa.Table.from_pylist([r for _, group in ordered for r in group])
+        with atomic_path(self.directory / f"step-{step:06d}.parquet") as tmp:
+            pq.write_table(table, tmp)

@@ -19,42 +19,32 @@ on the whole batch. Rank 0 gathers the rollouts into the same rollouts/step-N.pa
 writes metrics.jsonl, checkpoints and the manifest (torchrt/rundir.py, the run directory train
 keeps too); held-out evaluation is split across ranks.
 
-Before the first step of a fresh run with held-out prompts, the headroom: on the first
---headroom-limit of them, G samples each at the rollouts' temperature and top-p give pass@1, pass@G
-and maj@G next to greedy accuracy on the same prompts. RL mostly sharpens a model toward answers
-it already samples (spec 001-posttrain-rl: "RL sharpens more than it expands"; Yue et al. 2025,
-"Does Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base
-Model?"), so maj@G − greedy is what perfect sharpening toward the mode would add, and pass@G −
-greedy bounds what choosing the right sample every time could.
+Held-out accuracy (greedy, every eval_every steps) and, before the first step of a fresh run,
+the headroom (pass@1, pass@G and maj@G next to greedy accuracy) are rl/evaluate.py's.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
 from llmctl import __version__
 from llmctl.artifacts import checkpoint as ckpt_io
-from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.errors import UsageError
-from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
-from llmctl.model.generate import SamplingParams
 from llmctl.model.load import load_model
-from llmctl.model.recompute import check_mode
 from llmctl.tokenizer.vocab import Vocab
-from llmctl.rl.grpo import (ADV_ESTIMATORS, ADV_STD, KL, LOSS_AGG, RATIO_LEVELS, advantages, aggregate, clipped_surrogate,
-                            kl_estimate, rloo_advantages)
-from llmctl.rl.rollout import Prompter, Sample, row_seed, sample_groups, sequence_batch
+from llmctl.rl.config import RLConfig
+from llmctl.rl.evaluate import HeldOut
+from llmctl.rl.grpo import advantages, aggregate, clipped_surrogate, kl_estimate, rloo_advantages
+from llmctl.rl.rollout import Prompter, RolloutWriter, Sample, row_seed, sample_groups, sequence_batch
 from llmctl.torchrt import distributed
 from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
@@ -65,105 +55,18 @@ from llmctl.torchrt.rundir import TRAINING_RUN, RunDir
 # per-sample numbers every rank shares after each draw (rl/trainer.py's all-reduced table)
 COLUMNS = ("reward", "correct", "length", "truncated", "masked")
 REWARD, CORRECT, LENGTH, TRUNCATED, MASKED = range(len(COLUMNS))
-SCHEDULES = ("constant", "linear", "cosine")
-# The headroom seeds are (seed, 0, eval position, this tag): four words, where a rollout's are three,
-# (seed, step, prompt position), which SeedSequence pads with 0, so no headroom sample repeats one
-HEADROOM_SEED_TAG = 1
-# "Little headroom" when maj@G ≤ greedy (sharpening toward the mode adds nothing) and pass@G −
-# greedy is under 10 points: the gain issue 9 asked of the demo's RL; even a policy that always
-# picked its right sample among the G would not reach it on these prompts
-HEADROOM_MIN_GAIN = 0.10
-
-
-@dataclass
-class RLConfig:
-    steps: int = 50
-    prompts_per_step: int = 8  # the global batch: all ranks together under torchrun
-    group_size: int = 8  # G
-    max_new_tokens: int = 128
-    temperature: float = 1.0  # sampling temperature; log-probs are taken at the same temperature
-    top_p: float = 1.0
-    lr: float = 1e-5
-    # the rate's shape over the run (TRL: warmup_ratio, lr_scheduler_type). An SFT model annealed to
-    # lr 0 loses points when Adam restarts at a high rate, even on gold answers (RESULTS.md, rl held-out)
-    warmup_steps: int = 0  # linear warmup from 0 to lr over the first steps
-    schedule: str = "constant"  # constant | linear (to 0, TRL's default) | cosine (to 10%)
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.99  # small batches (§A4: 0.99+ below ~128 sequences)
-    eps: float = 1e-8
-    grad_clip: float = 1.0
-    adv_estimator: str = "grpo"  # grpo: centered, scaled by --adv-std | rloo: leave-one-out baseline, no scale
-    adv_std: str = "group"  # group | group-bessel | batch | none (Dr. GRPO); grpo only, rloo ignores it
-    clip_low: float = 0.2
-    clip_high: float = 0.28  # DAPO clip-higher
-    ratio_level: str = "token"  # token (PPO/GRPO) | sequence (GSPO: the length-normalized sequence ratio)
-    loss_agg: str = "seq-mean-token-mean"  # GRPO; token-mean (DAPO); seq-sum-const (Dr. GRPO)
-    kl: str = "none"  # none | k2 | k3 (no KL from a rule reward, §A7)
-    kl_coef: float = 0.0
-    epochs: int = 1  # μ: passes over each batch
-    dynamic_sampling: bool = True  # drop groups whose rewards are all equal, draw more prompts
-    max_draws: int = 4  # prompt batches drawn per step at most while filling it
-    truncated: str = "mask"  # mask | zero
-    verifier: str = "math"
-    format_reward: float = 0.0
-    # python verifier: run the code even on a host that lacks one of the sandbox's protections
-    # (Landlock, seccomp, Linux); without it such a host refuses the run at start-up
-    unsafe_sandbox: bool = False
-    micro_batch: int = 16  # sequences per training forward pass
-    recompute: str = "none"  # activation recomputation in the training forwards: none | selective | block
-    weights: str = "auto"  # which weights of the starting checkpoint: auto (its EMA where it has one) | ema | raw
-    gen_batch: int = 64  # sequences per generation batch
-    eval_every: int = 10
-    eval_limit: int = 100
-    headroom_limit: int = 100  # held-out prompts sampled G times before step 0 (pass@1, pass@G, maj@G); 0: off
-    checkpoint_every: int = 25
-    keep_checkpoints: int = 2
-    seed: int = 0
-    device: str = "auto"
-
-    def check(self) -> None:
-        for name, allowed in (("adv_estimator", ADV_ESTIMATORS), ("adv_std", ADV_STD), ("loss_agg", LOSS_AGG), ("kl", KL),
-                              ("truncated", ("mask", "zero")), ("schedule", SCHEDULES), ("ratio_level", RATIO_LEVELS)):
-            if getattr(self, name) not in allowed:
-                raise UsageError(f"rl: {name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        if self.group_size < 2:
-            raise UsageError("rl: group_size must be at least 2 (advantages are relative to the group)")
-        if self.temperature <= 0:
-            raise UsageError("rl: temperature must be > 0 (GRPO needs different samples per group)")
-        if self.kl != "none" and self.kl_coef <= 0:
-            raise UsageError("rl: --kl needs --kl-coef > 0")
-        if self.headroom_limit < 0:
-            raise UsageError(f"rl: headroom_limit must be >= 0 (0 turns the headroom off), got {self.headroom_limit}")
-        check_mode(self.recompute, "rl: recompute")
-        if self.weights not in ckpt_io.WEIGHTS:
-            raise UsageError(f"rl: weights must be one of {', '.join(ckpt_io.WEIGHTS)}, got {self.weights!r}")
-
-
-def group_scores(right: list[bool], answers: list[str | None] | None) -> tuple[float, float, float | None]:
-    """One prompt's pass@1 (the share of its samples right), pass@G (some sample right: pass@k's
-    estimator at k = n, spec 001-data-eval §A10) and maj@G: whether the most frequent extracted
-    answer (eval's majority_vote; ties to the first, None never wins) is a right one. A verdict is
-    a function of the extracted answer, so the winner's first sample speaks for all that gave it.
-    answers None (the verifier extracts none): maj@G is None."""
-    G, c = len(right), sum(right)
-    maj = None
-    if answers is not None:
-        winner, _ = majority_vote(answers)
-        maj = float(winner is not None and right[answers.index(winner)])
-    return c / G, pass_at_k(G, c, G), maj
 
 
 class RLTrainer:
-    def __init__(self, init: str, prompts_file: str, out: Path, cfg: RLConfig, eval_file: str | None = None,
-                 resume: bool = False, overwrite: bool = False, on_step: Callable[[dict], None] | None = None,
+    def __init__(self, init: str, prompts_file: str, out: Path, cfg: RLConfig, dist: distributed.Dist,
+                 eval_file: str | None = None, resume: bool = False, overwrite: bool = False, on_step: Callable[[dict], None] | None = None,
                  on_log: Callable[[str], None] | None = None):
         from llmctl.rl.rewards import make_verifier
-        from llmctl.tasks import load_prompts
+        from llmctl.tasks import read_prompts
 
         cfg.check()
         self.cfg, self.out = cfg, Path(out)
-        self.dist = d = distributed.init(cfg.device)
+        self.dist = d = dist
         if cfg.prompts_per_step % d.world:
             raise UsageError(f"rl: --prompts-per-step {cfg.prompts_per_step} does not split over {d.world} ranks; "
                              f"use a multiple of {d.world} (it is the global batch, all ranks together)")
@@ -193,10 +96,15 @@ class RLTrainer:
         self.tokenizer_file = ck.tokenizer_file
         self.chat = bool(ck.trainer_state.get("chat"))
         self.state = ck.trainer_state if resume else {"step": 0, "prompt_position": 0, "chat": self.chat}
-        self.prompter = Prompter(Vocab(ck.path), self.chat)
-        self.prompts = load_prompts(prompts_file)
-        self.eval_prompts = load_prompts(eval_file)[: cfg.eval_limit] if eval_file else None
+        vocab = Vocab(ck.path)
+        self.prompts, families = read_prompts(prompts_file)
+        self.prompter = Prompter(vocab, self.chat, families, prompts_file)
+        eval_prompts, eval_families = read_prompts(eval_file) if eval_file else ([], [])
+        eval_prompts, eval_families = eval_prompts[: cfg.eval_limit], eval_families[: cfg.eval_limit]
+        # held-out prompts are given in their own family's format, which need not be the training prompts'
+        eval_prompter = Prompter(vocab, self.chat, eval_families, eval_file) if eval_prompts else None
         self.prompts_file, self.eval_file = prompts_file, eval_file
+        self.rollouts = RolloutWriter(self.out / "rollouts", self.prompts, d)
         self.reference = None
         if cfg.kl != "none":
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -206,6 +114,7 @@ class RLTrainer:
         keep_freed_memory(self.device)
         if resume and (opt_state := ck.optimizer_state()) is not None:
             self.opt.load_state_dict(opt_state)
+        self.held_out = HeldOut(self.model, eval_prompts, eval_prompter, self.verifier, cfg, d) if eval_prompts else None
 
     def _saved_init_weights(self) -> str | None:
         """Which weights of the init checkpoint the run being resumed started from (its config.json)."""
@@ -237,8 +146,7 @@ class RLTrainer:
         P, G = c.prompts_per_step, c.group_size
         share = P // d.world
         lo = d.rank * share  # this rank's slots in every draw
-        params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
-                                stop=self.prompter.stop)
+        params = c.sampling(self.prompter.stop)
         engine = self.prompter.engine(self.model, c.gen_batch)
         tables, mine, kept, zero_var = [], {}, [], 0
         self.model.eval()
@@ -365,58 +273,6 @@ class RLTrainer:
         c = self.cfg
         return lr_at(self.state["step"] + 1, peak=c.lr, total=c.steps, warmup=c.warmup_steps, schedule=c.schedule)
 
-    def evaluate(self) -> dict | None:
-        """Greedy accuracy on the held-out prompts; under torchrun each rank answers a contiguous slice."""
-        if not self.eval_prompts:
-            return None
-        return summarize_scores(self._greedy_scores())
-
-    @torch.no_grad()
-    def _greedy_scores(self) -> list[float]:
-        """Each held-out prompt's greedy 0/1 score, the same list on every rank."""
-        d, n = self.dist, len(self.eval_prompts)
-        lo, hi = n * d.rank // d.world, n * (d.rank + 1) // d.world
-        self.model.eval()
-        engine = self.prompter.engine(self.model, self.cfg.gen_batch)
-        params = SamplingParams(max_new_tokens=self.cfg.max_new_tokens, stop=self.prompter.stop)
-        part = self.eval_prompts[lo:hi]
-        gens = engine.generate([self.prompter.ids(p["prompt"]) for p in part], params) if part else []
-        scores = [0.0] * n
-        scores[lo:hi] = [float(bool(self.verifier.verify(g.text, p["reference"]).correct)) for g, p in zip(gens, part)]
-        return distributed.all_reduce_sum(scores, d)
-
-    @torch.no_grad()
-    def headroom(self, greedy: list[float]) -> dict | None:
-        """pass@1, pass@G and maj@G of G samples at the rollouts' temperature and top-p, and greedy
-        accuracy (`greedy`: the held-out prompts' greedy scores), on the first headroom_limit
-        held-out prompts. Each rank samples a contiguous slice of them, every rank returns the whole.
-
-        A sample counts as correct as in evaluate(). maj@G is right when the most frequent extracted
-        answer (eval's majority_vote) is a correct one; it is left out for a verifier that extracts
-        no answer (Verifier.extracts_answers). The samples are seeded by (seed, position): a rerun
-        gives the same numbers, on any number of ranks."""
-        c, d, G = self.cfg, self.dist, self.cfg.group_size
-        n = min(c.headroom_limit, len(self.eval_prompts or ()))
-        if not n:
-            return None
-        lo, hi = n * d.rank // d.world, n * (d.rank + 1) // d.world
-        self.model.eval()
-        params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_p=c.top_p,
-                                stop=self.prompter.stop)  # _collect's
-        seeds = [row_seed(c.seed, 0, i, HEADROOM_SEED_TAG) for i in range(lo, hi)]
-        groups = sample_groups(self.prompter.engine(self.model, c.gen_batch), self.prompter, self.eval_prompts,
-                               list(range(lo, hi)), G, params, self.verifier, c.truncated, seeds) if hi > lo else []
-        table = np.zeros((n, 3))
-        for i, group in zip(range(lo, hi), groups):
-            answers = [self.verifier.answer(s.text) for s in group] if self.verifier.extracts_answers else None
-            table[i] = [0.0 if v is None else v for v in group_scores([bool(s.correct) for s in group], answers)]
-        pass1, passG, maj = np.array(distributed.all_reduce_sum(table.ravel().tolist(), d)).reshape(n, 3).mean(0)
-        out = {"n": n, "temperature": c.temperature, "top_p": c.top_p, "greedy": float(np.mean(greedy[:n])),
-               "pass@1": float(pass1), f"pass@{G}": float(passG)}
-        if self.verifier.extracts_answers:
-            out[f"maj@{G}"] = float(maj)
-        return {k: round(v, 6) if isinstance(v, float) else v for k, v in out.items()}
-
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> Manifest:
@@ -427,7 +283,7 @@ class RLTrainer:
             "prompts": self.prompts_file, "eval": self.eval_file,
             "chat": self.chat, "world_size": d.world, "llmctl_version": __version__})
         if d.is_main:
-            (self.out / "rollouts").mkdir(exist_ok=True)
+            self.rollouts.directory.mkdir(exist_ok=True)
         with self.run_dir.metrics(self.state["step"]) as metrics:
             last_eval = self._loop(metrics)
         counts = {"steps": self.state["step"], "prompts_drawn": self.state["prompt_position"]}
@@ -444,16 +300,10 @@ class RLTrainer:
     def _loop(self, metrics) -> dict | None:
         """The steps still to run (an evaluation first on a fresh run); returns the last evaluation."""
         c = self.cfg
-        if self.state["step"] == 0 and self.eval_prompts:
-            greedy = self._greedy_scores()
-            ev = summarize_scores(greedy)
-            rec = {"step": 0, "eval": ev}
-            self.on_log(f"step 0: held-out accuracy {ev['mean']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}] (n={ev['n']})")
-            t0 = time.perf_counter()
-            if (hr := self.headroom(greedy)) is not None:
-                rec["headroom"], rec["headroom_s"] = hr, round(time.perf_counter() - t0, 3)
-                self.state["headroom"] = hr  # kept in the checkpoints: a resumed run's manifest still has it
-                self._log_headroom(hr)
+        if self.state["step"] == 0 and self.held_out:
+            rec = self.held_out.step_zero(self.on_log)
+            if "headroom" in rec:
+                self.state["headroom"] = rec["headroom"]  # kept in the checkpoints: a resumed run's manifest still has it
             metrics.log(rec)
         last_eval = None
         while self.state["step"] < c.steps:
@@ -470,38 +320,14 @@ class RLTrainer:
             rec = {"step": self.state["step"], **{k: round(v, 6) if isinstance(v, float) else v for k, v in {**info, **stats}.items()},
                    "groups_trained": len(kept_table), "generate_s": round(t1 - t0, 3), "score_s": round(t2 - t1, 3),
                    "train_s": round(t3 - t2, 3), "tokens_per_s": round(gen_tokens / max(1e-9, t3 - t0), 1)}
-            self._write_rollouts(sampled, self.state["step"])
-            if self.eval_prompts and c.eval_every and (self.state["step"] % c.eval_every == 0 or self.state["step"] == c.steps):
-                rec["eval"] = last_eval = self.evaluate()
+            self.rollouts.write(sampled, self.state["step"])
+            if self.held_out and c.eval_every and (self.state["step"] % c.eval_every == 0 or self.state["step"] == c.steps):
+                rec["eval"] = last_eval = self.held_out.evaluate()
             metrics.log(rec)
             self.on_step(rec)
             if self.state["step"] % c.checkpoint_every == 0 or self.state["step"] == c.steps:
                 self._checkpoint()
         return last_eval
-
-    def _log_headroom(self, hr: dict) -> None:
-        G = self.cfg.group_size
-        maj = hr.get(f"maj@{G}")
-        top_p = f", top-p {hr['top_p']:g}" if hr["top_p"] < 1 else ""
-        self.on_log(f"step 0: headroom on {hr['n']} held-out prompts at T={hr['temperature']:g}{top_p}: greedy {hr['greedy']:.2f}, "
-                    f"pass@1 {hr['pass@1']:.2f}, " + ("" if maj is None else f"maj@{G} {maj:.2f}, ") + f"pass@{G} {hr[f'pass@{G}']:.2f}")
-        if (maj is None or maj <= hr["greedy"]) and hr[f"pass@{G}"] - hr["greedy"] < HEADROOM_MIN_GAIN:
-            why = f"maj@{G} is the sharpening ceiling" if maj is not None else f"pass@{G} − greedy < {HEADROOM_MIN_GAIN:g}"
-            self.on_log(f"warning: RL mostly sharpens toward answers the model already samples ({why}): little headroom")
-
-    def _write_rollouts(self, sampled: list[tuple[tuple[int, int], list[Sample]]], step: int) -> None:
-        """One file for the step on rank 0: every rank's groups, in (draw, slot) order as one process writes them."""
-        rows = [(key, [{"step": step, "prompt_index": s.prompt_index, "prompt": self.prompts[s.prompt_index]["prompt"],
-                        "completion": s.text, "reward": s.reward, "correct": s.correct, "advantage": s.advantage,
-                        "length": len(s.completion_ids), "truncated": s.truncated, "masked": s.masked} for s in g])
-                for key, g in sampled]
-        gathered = distributed.gather_objects(rows, self.dist)
-        if gathered is None:
-            return
-        ordered = sorted((item for part in gathered for item in part), key=lambda kv: kv[0])
-        table = pa.Table.from_pylist([r for _, group in ordered for r in group])
-        with atomic_path(self.out / "rollouts" / f"step-{step:06d}.parquet") as tmp:
-            pq.write_table(table, tmp)
 
     def _checkpoint(self) -> None:
         # sampling is seeded by (seed, step, position) and prompts by (seed, position): no RNG state to carry
@@ -511,5 +337,9 @@ class RLTrainer:
 
 
 def run_rl(init: str, prompts: str, out: Path, cfg: RLConfig, **kw) -> Manifest:
-    with rundir.lock(out), distributed.session(distributed.init(cfg.device)):  # init: a no-op outside torchrun
-        return RLTrainer(init, prompts, out, cfg, **kw).run()
+    """`llmctl rl` (under torchrun: in its process group, torn down after the run, or after the
+    trainer's set-up fails)."""
+    with rundir.lock(out):
+        d = distributed.init(cfg.device)  # the run's one init; outside torchrun it only picks the device
+        with distributed.session(d):
+            return RLTrainer(init, prompts, out, cfg, d, **kw).run()

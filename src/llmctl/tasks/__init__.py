@@ -14,10 +14,12 @@ from llmctl.tasks.answers import GenScoring, canonical_number, extract_answer, m
 from llmctl.tasks.base import Family, GenItem, MCItem
 from llmctl.tasks.fewshot import chat_messages, fewshot_indices, fewshot_prefix
 from llmctl.tasks.files import read_records, where
-from llmctl.tasks.registry import eval_kinds, families, family_for_kind, load_items, load_prompts, record_passages, rl_prompt, to_messages
+from llmctl.tasks.registry import (eval_kinds, families, family_for_kind, load_items, load_prompts, read_prompts, record_passages,
+                                   rl_prompt, to_messages)
 
 __all__ = [
     "Family", "GenItem", "MCItem", "GenScoring", "canonical_number", "extract_answer", "math_answer", "reference_answer",
     "chat_messages", "fewshot_indices", "fewshot_prefix", "read_records", "where",
-    "eval_kinds", "families", "family_for_kind", "load_items", "load_prompts", "record_passages", "rl_prompt", "to_messages",
+    "eval_kinds", "families", "family_for_kind", "load_items", "load_prompts", "read_prompts", "record_passages", "rl_prompt",
+    "to_messages",
 ]

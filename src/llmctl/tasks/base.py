@@ -48,13 +48,15 @@ class Family:
     item: Callable[[Record, str], MCItem | GenItem] | None = None  # may raise KeyError / TypeError / ValueError
     prompt: Callable[[GenItem], str] | None = None  # gen: the item's plain prompt (the few-shot prefix goes before it)
     prompt_format: str = ""  # gen: the plain prompt format, as written in the eval report
-    stop: tuple[str, ...] = ()  # gen: where a plain-prompt generation stops
+    stop: tuple[str, ...] = ()  # gen and rl: where a plain-prompt generation stops
     extract: str = "after_hash"  # gen: the answer extraction rule that fits this family's answers
     # decontam: the passages of a record (question/context followed by an answer or each choice)
     passages: Callable[[Record, str], list[str] | None] | None = None
     # rl: {"prompt": str, "reference": ...}
     rl_prompt: Callable[[Record, str], dict | None] | None = None
     rl_shapes: tuple[str, ...] = ()  # the prompt fields it reads, for the error when no family reads a record
+    # rl on a checkpoint without a chat template: the text the model is given for a prompt (it stops at `stop`)
+    rl_plain_prompt: Callable[[str], str] | None = None
     # SFT: a conversation, [{"role", "content"}]
     conversation: Callable[[Record, str], list[dict] | None] | None = None
     conversation_shapes: tuple[str, ...] = ()  # the fields it reads, for the same error

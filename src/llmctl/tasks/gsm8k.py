@@ -8,7 +8,8 @@ worked solution ending in a line "#### N", with calculator annotations such as <
   (`strip_calculator`; the free-form reader, tasks/freeform.py, applies it to any answer, since
   datasets derived from GSM8K keep them).
 - rl and SFT: a `{question, answer}` record is a prompt with its reference, read by
-  tasks/prompt_answer.py (the whole solution is the reference, and the assistant's turn).
+  tasks/prompt_answer.py (the whole solution is the reference, and the assistant's turn), which
+  gives a checkpoint without a chat template this module's prompt and stop strings.
 """
 
 from __future__ import annotations
@@ -35,11 +36,15 @@ def item(r: dict, at: str) -> GenItem:
     target = extract_answer(answer, "after_hash")
     if target is None:
         raise UsageError(f"{at}: GSM8K answer has no '#### N' line")
-    return GenItem(question, answer, canonical_number(target), fewshot_text=PROMPT.format(question=question) + " " + answer)
+    return GenItem(question, answer, canonical_number(target), fewshot_text=plain_prompt(question) + " " + answer)
+
+
+def plain_prompt(question: str) -> str:
+    return PROMPT.format(question=question)
 
 
 def prompt(it: GenItem) -> str:
-    return PROMPT.format(question=it.question)
+    return plain_prompt(it.question)
 
 
 FAMILY = Family(

@@ -8,7 +8,7 @@ fields `question` and `answer` (a bare final answer, as in MATH-500) are read to
   target is the reference read the same way, so "0.5", "1/2" and \\frac{1}{2} score alike.
 - rl: the problem is the prompt; the reference is the solution (the `math` verifier reads its
   last \\boxed{}), or a bare answer written as \\boxed{answer}, so that it is read like a
-  prediction.
+  prediction. A checkpoint without a chat template is given eval's prompt and stop strings.
 - SFT: one exchange — the user gives the problem, the assistant the worked solution (or the
   bare answer).
 - decontam: the problem followed by the answer (else the solution), read by the free-form reader
@@ -68,11 +68,15 @@ def item(r: dict, at: str) -> GenItem:
         raise UsageError(f"{at}: the MATH answer \\boxed{{}} is empty")
     solution = r.get("solution")
     shown = solution if isinstance(solution, str) else str(r["answer"])  # as written: few-shot text, chat turn
-    return GenItem(problem, shown, target, fewshot_text=PROMPT.format(problem=problem) + " " + shown)
+    return GenItem(problem, shown, target, fewshot_text=plain_prompt(problem) + " " + shown)
+
+
+def plain_prompt(problem: str) -> str:
+    return PROMPT.format(problem=problem)
 
 
 def prompt(it: GenItem) -> str:
-    return PROMPT.format(problem=it.question)
+    return plain_prompt(it.question)
 
 
 def rl_prompt(rec: dict, at: str) -> dict | None:
@@ -91,6 +95,6 @@ def conversation(rec: dict, at: str) -> list[dict] | None:
 FAMILY = Family(
     name="math", order=90, kinds=("math",),
     item_kind="gen", item=item, prompt=prompt, prompt_format="Problem: {problem}\\nAnswer:", stop=STOP, extract="boxed",
-    rl_prompt=rl_prompt, rl_shapes=("MATH 'problem'",),
+    rl_prompt=rl_prompt, rl_shapes=("MATH 'problem'",), rl_plain_prompt=plain_prompt,
     conversation=conversation, conversation_shapes=("'problem'+'solution'",),
 )

@@ -3,7 +3,8 @@ with pkgutil, so a new family is one new file. Its users look families up here:
 
 - eval: `family_for_kind(kind)`, `eval_kinds()`, `load_items(kind, path, limit)`;
 - decontam: `record_passages(rec, at)` (the first family, in `order`, whose `passages` reads it);
-- rl: `load_prompts(path)` / `rl_prompt(rec, at)`;
+- rl: `load_prompts(path)` / `rl_prompt(rec, at)`, and `read_prompts(path)`, which also names
+  the family that read each prompt (its plain prompt and stop strings are rl's without a chat template);
 - SFT: `to_messages(rec, at)`.
 
 A record of unknown kind goes to the families in `order`; the first that answers (not None)
@@ -36,6 +37,8 @@ def families() -> list[Family]:
                 found.append(family)
         names: dict[str, str] = {}
         for f in found:
+            if f.rl_prompt is not None and f.rl_plain_prompt is None:
+                raise RuntimeError(f"llmctl.tasks: family {f.name} reads rl prompts but gives no rl_plain_prompt")
             for key in (f"family {f.name}", *(f"eval kind {k}" for k in f.kinds)):
                 if key in names:
                     raise RuntimeError(f"llmctl.tasks: two families define {key}")
@@ -44,14 +47,20 @@ def families() -> list[Family]:
     return _FAMILIES
 
 
-def _ask(hook: str, rec: dict, at: str):
+def _answer(hook: str, rec: dict, at: str) -> tuple[Family, object] | None:
+    """The first family (in `order`) whose `hook` reads the record, and what it made of it."""
     for f in families():
         fn = getattr(f, hook)
         if fn is not None:
             got = fn(rec, at)
             if got is not None:
-                return got
+                return f, got
     return None
+
+
+def _ask(hook: str, rec: dict, at: str):
+    got = _answer(hook, rec, at)
+    return None if got is None else got[1]
 
 
 def _shapes(attr: str) -> list[str]:
@@ -108,12 +117,25 @@ def record_passages(rec: dict, at: str) -> list[str]:
     return got
 
 
-def rl_prompt(rec: dict, at: str) -> dict:
-    """{"prompt": str, "reference": ...} for one rl prompt record."""
-    got = _ask("rl_prompt", rec, at)
+def _rl_prompt(rec: dict, at: str) -> tuple[Family, dict]:
+    got = _answer("rl_prompt", rec, at)
     if got is None:
         raise UsageError(f"{at}: expected a non-empty {either(_shapes('rl_shapes'))} string")
     return got
+
+
+def rl_prompt(rec: dict, at: str) -> dict:
+    """{"prompt": str, "reference": ...} for one rl prompt record."""
+    return _rl_prompt(rec, at)[1]
+
+
+def read_prompts(path: str | Path) -> tuple[list[dict], list[Family]]:
+    """load_prompts' prompts, and the family that read each of them."""
+    records = read_records(path)
+    read = [_rl_prompt(rec, where(path, rec, i)) for i, rec in enumerate(records)]
+    if not read:
+        raise UsageError(f"{path}: no prompts")
+    return [p for _, p in read], [f for f, _ in read]
 
 
 def load_prompts(path: str | Path) -> list[dict]:
@@ -122,11 +144,7 @@ def load_prompts(path: str | Path) -> list[dict]:
     ``reference`` / ``tests``), GSM8K native ``{question, answer}`` whose answer ends with ``#### n``
     (the whole solution is kept as the reference; the math verifier reads the number after ####),
     MATH ``{problem, solution}`` (tasks/math.py). A bad line raises UsageError naming file:line."""
-    records = read_records(path)
-    prompts = [rl_prompt(rec, where(path, rec, i)) for i, rec in enumerate(records)]
-    if not prompts:
-        raise UsageError(f"{path}: no prompts")
-    return prompts
+    return read_prompts(path)[0]
 
 
 def to_messages(record: dict, where: str) -> list[dict]:
