@@ -17,7 +17,7 @@ from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
 from llmctl.plan import arch_from_hf, from_model_config, load_preset, load_table, lookup, plan
 from llmctl.plan import arithmetic as ar
-from llmctl.plan.hardware import read_table
+from llmctl.torchrt.hardware import read_table
 
 GIB = 2**30
 

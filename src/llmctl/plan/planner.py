@@ -13,7 +13,7 @@ from typing import Any
 
 from llmctl.errors import UsageError
 from llmctl.plan import arithmetic as ar
-from llmctl.plan.hardware import Hardware, load_table, lookup
+from llmctl.torchrt.hardware import Hardware, load_table, lookup
 from llmctl.plan.arch import Arch
 
 DEFAULT_PRICE = 2.0  # $/GPU-hour, DeepSeek's assumption (compute §D: illustrative)

@@ -47,12 +47,12 @@ from llmctl.torchrt import distributed
 from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.device import DTYPES, autocast
 from llmctl.torchrt.distributed import Dist
+from llmctl.torchrt.mfu import mfu, peak_flops
 from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
 from llmctl.torchrt import rundir
 from llmctl.torchrt.rundir import RunDir
 from llmctl.train.config import TrainConfig
 from llmctl.train.ema import EMA
-from llmctl.train.mfu import peak_flops
 from llmctl.train.mixture import DataSource
 from llmctl.train.pretrain import PretrainData
 from llmctl.train.spikes import SpikePolicy
@@ -314,7 +314,7 @@ class Trainer:
                         "step": state["step"], "tokens": state["tokens"], "loss": ce, "lr": lr,
                         "grad_norm": float(grad_norm), "clipped": bool(float(grad_norm) > c.grad_clip),
                         "tokens_per_s": round(tps, 1),
-                        "mfu": round(tps * flops_per_token / (d.world * peak), 5) if peak else None,
+                        "mfu": round(mfu(tps, flops_per_token, d.world, peak), 5) if peak else None,
                         "max_logit": max_logit, "step_seconds": round(dt, 4),
                     }
                     if data_step != step:
