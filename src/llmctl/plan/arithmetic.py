@@ -285,12 +285,6 @@ def missizing_compute_fraction(rho: float, c: ChinchillaConstants) -> float:
     return r ** (-1 / c.gamma)
 
 
-def overtraining_compute_factor(kappa: float, alpha: float) -> float:
-    """C_needed/C_opt = cosh((α/2)·ln κ)^(2/α), κ = (D/N)/(D/N)_opt (scaling §A11 L3089-3093,
-    compute §F L8883: α/2 = 0.15 gives 1.04x at κ 2, 1.5x at 10, 4.4x at 100)."""
-    return math.cosh(alpha / 2 * math.log(kappa)) ** (2 / alpha)
-
-
 # -- checkpoints and failures -----------------------------------------------------------------
 
 CHECKPOINT_BYTES_PER_PARAM = 14  # ops §A2: 2 + 4 + 4 + 4 (weights, master, m, v); 12 min, 16 with grads
