@@ -119,11 +119,11 @@ def cpu_matmul_flops(dtype, n: int, threads: int, seconds: float = 0.3) -> float
 
 
 def measure_peaks(threads: int) -> dict:
-    """Best matmul FLOP/s per dtype and size: wall (llmctl.train.mfu.measure_matmul_flops, what the
+    """Best matmul FLOP/s per dtype and size: wall (llmctl.torchrt.mfu.measure_matmul_flops, what the
     trainer's MFU uses on a CPU) and per CPU second."""
     import torch
 
-    from llmctl.train.mfu import measure_matmul_flops
+    from llmctl.torchrt.mfu import measure_matmul_flops
 
     torch.set_num_threads(threads)
     out = {}

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from llmctl.runtime.progress import Progress
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("LLMCTL_SHARED", ROOT.parent / "shared"))
 DATA = SHARED / "data"
@@ -35,6 +37,28 @@ def llmctl(*args: str, input: bytes | None = None, check: bool = False, cwd=None
     if check and proc.returncode != 0:
         raise AssertionError(f"llmctl {' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stderr.decode()}")
     return proc
+
+
+class RecordingProgress(Progress):
+    """A runtime.progress.Progress that keeps what it was told, for tests to read back."""
+
+    def __init__(self) -> None:
+        self.total: int | None = None
+        self.done = 0
+        self.messages: list[str] = []
+        self.finished = False
+
+    def start(self, total, unit="", description=""):
+        self.total = total
+
+    def advance(self, n=1):
+        self.done += n
+
+    def log(self, message):
+        self.messages.append(message)
+
+    def finish(self):
+        self.finished = True
 
 
 def pytest_addoption(parser):

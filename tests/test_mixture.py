@@ -26,7 +26,7 @@ from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
 from llmctl.runtime.options import RunOptions
 from llmctl.train.config import TrainConfig
-from llmctl.train.loader import PackedBatches
+from llmctl.train.loader import PackedBatches, WindowOrder
 from llmctl.train.mixture import DataSource, MixedBatches, SourceWindows, Upsample
 from llmctl.train.pretrain import PretrainData
 from llmctl.train.trainer import run_train
@@ -194,6 +194,22 @@ def test_one_source_is_the_single_source_loader(data):
     for step in (0, 1, 5, 130, 131, 400):  # across epoch ends (1043 windows = 130.4 steps)
         for (x1, y1), (x2, y2) in zip(old.micro_batches(step, 8, 3, 1, 2), new.micro_batches(step, 8, 3, 1, 2)):
             assert torch.equal(x1, x2) and torch.equal(y1, y2)
+
+
+def test_window_order_is_pinned_to_its_seeds():
+    """The one window order (train/loader.py WindowOrder) that pretraining, mixtures and SFT share:
+    epoch e of stream 0 is permutation(default_rng([seed, e])), stream i's is spawned from it by
+    (i,), and draw k takes window k mod W of epoch k // W. Pinned, so a checkpoint's data position
+    keeps meaning the same windows."""
+    order, w = WindowOrder(37, 5), 37
+    for e in (0, 1, 4):
+        assert (order.epoch(e) == np.random.default_rng([5, e]).permutation(w)).all()
+    spawned = np.random.default_rng(np.random.SeedSequence([5, 2], spawn_key=(3,))).permutation(w)
+    assert (WindowOrder(w, 5, stream=3).epoch(2) == spawned).all()
+    draws = np.array([0, 36, 37, 80, 200])
+    want = [order.epoch(k // w)[k % w] for k in draws.tolist()]
+    assert order.window_ids(draws).tolist() == want
+    assert order.consecutive(70, 10).tolist() == [order.epoch(k // w)[k % w] for k in range(70, 80)]
 
 
 def test_upsampling_repeats_documents_by_the_kept_column(data):

@@ -16,10 +16,9 @@ from llmctl.artifacts.docs import part_name
 from llmctl.artifacts.docs_write import ShardWriter
 from llmctl.artifacts.manifest import read_manifest
 from llmctl.errors import StageFailed, UsageError
-from conftest import CRAWL
+from conftest import CRAWL, RecordingProgress
 from llmctl.runtime.executor import Task, run_tasks
 from llmctl.runtime.lifeline import die_with_parent
-from llmctl.runtime.progress import RecordingProgress
 from llmctl.runtime.split import MiB, auto_chunk, byte_ranges, select_shard, stream_range_starts
 from llmctl.runtime.options import RunOptions
 from llmctl.runtime.sharded import run_sharded

@@ -161,7 +161,7 @@ def test_ray_backend_keeps_the_executor_contract(ray_cluster):
     error (not retried), and a worker that dies on every attempt fails the run, naming the task."""
     from llmctl.errors import StageFailed
     from llmctl.runtime.executor import Task, run_tasks
-    from llmctl.runtime.progress import RecordingProgress
+    from conftest import RecordingProgress
     from llmctl.runtime.ray_executor import ray_session
 
     tasks = [Task(i, f"t{i}", "raise" if i == 3 else "ok", weight=10 + i) for i in range(6)]

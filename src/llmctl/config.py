@@ -144,7 +144,3 @@ def _resolve_relative(key: str, value: Any, base: Path) -> Any:
     if key.endswith("_files") and isinstance(value, list):
         return [str((base / v).resolve()) if not Path(v).is_absolute() else v for v in value]
     return value
-
-
-def as_dict(cfg: Any) -> dict:
-    return dataclasses.asdict(cfg)

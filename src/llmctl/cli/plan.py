@@ -44,7 +44,7 @@ def plan(
     attention: Annotated[str, typer.Option("--attention", help="Attention FLOPs counting: causal ((s+1)/2, default), full (s, PaLM/nanoGPT) or none (6N).")] = "causal",
     count_input_embedding: Annotated[bool, typer.Option("--count-embedding", help="Count the input embedding table (and learned positions) in 6N; it does no matmul, so off by default.")] = False,
     gpu_hours: Annotated[Optional[float], typer.Option("--gpu-hours", help="GPU-hours a run reported: also print the utilization they imply.")] = None,
-    hardware_file: Annotated[Optional[str], typer.Option("--hardware-file", help="TOML file of extra accelerators, same keys as the built-in table (llmctl/plan/hardware.toml).")] = None,
+    hardware_file: Annotated[Optional[str], typer.Option("--hardware-file", help="TOML file of extra accelerators, same keys as the built-in table (llmctl/torchrt/hardware.toml).")] = None,
     list_gpus: Annotated[bool, typer.Option("--list-gpus", help="Print the hardware table and exit.")] = False,
     quiet: Quiet = False,
     json_: Json = False,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmctl.errors import UsageError
+from llmctl.model.flops import training_flops_per_token
 
 # Spec 001-compute-appendix §B1 (L269): a vocabulary divisible by 64 keeps the embedding and head
 # matmuls on aligned tile sizes; the extra rows are never produced by the tokenizer.
@@ -99,14 +100,13 @@ class ModelConfig:
         )
 
     def flops_per_token(self, seq_len: int | None = None, causal: bool = True) -> float:
-        """Training FLOPs per token: 6·(N − V·d) plus attention 12·L·h·d_h·ctx (§B3).
+        """Training FLOPs per token: 6·(N − V·d) plus attention 12·L·h·d_h·ctx (§B3; model/flops.py).
 
         ctx = (s+1)/2 for causal attention (FlashAttention-2 convention, the spec's default),
         s for the full count (PaLM/nanoGPT). For a tied head, N − V·d still counts the head's
         matmul, so N − V·d becomes N there (§B1: "keep N whole for a tied head")."""
-        s = seq_len or self.max_seq_len
-        ctx = (s + 1) / 2 if causal else s
-        return 6 * self.n_params_matmul() + 12 * self.n_layers * self.n_heads * self.head_dim * ctx
+        return training_flops_per_token(self.n_params_matmul(), self.n_layers, self.n_heads * self.head_dim,
+                                        seq_len or self.max_seq_len, "causal" if causal else "full")
 
     def kv_cache_bytes_per_token(self, bytes_per_element: int = 2) -> int:
         """2·L·h_kv·d_h·e (§B15)."""

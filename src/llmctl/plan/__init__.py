@@ -1,7 +1,7 @@
 """`llmctl plan`: parameters, FLOPs, time, cost, memory, data and checkpoints of a run, before it
 is launched (spec 001-compute-appendix §B-F, 001-arch-optim-scaling §A11, 001-systems-ops §A2, §A7)."""
 
-from llmctl.plan.hardware import Hardware, load_table, lookup
+from llmctl.torchrt.hardware import Hardware, load_table, lookup
 from llmctl.plan.arch import Arch, arch_from_hf, from_model_config, load_hf_config, load_preset
 from llmctl.plan.planner import plan, render
 

@@ -21,29 +21,8 @@ PF_DAY = 8.64e19  # compute §B4: one PF/s-day in FLOPs
 SECONDS_PER_DAY = 86_400.0
 
 # -- FLOPs ------------------------------------------------------------------------------------
-
-ATTENTION_MODES = ("causal", "full", "none")
-
-
-def attention_context(seq_len: int, attention: str) -> float:
-    """ctx_bar of compute §B3: (s+1)/2 for causal attention (FlashAttention-2 convention, the
-    default), s for the full count (PaLM/nanoGPT), 0 to drop attention (plain 6N)."""
-    if attention == "causal":
-        return (seq_len + 1) / 2
-    if attention == "full":
-        return float(seq_len)
-    if attention == "none":
-        return 0.0
-    raise UsageError(f"attention counting must be one of {', '.join(ATTENTION_MODES)}, got {attention!r}")
-
-
-def training_flops_per_token(n_matmul: float, n_layers: int, attn_dim: float, seq_len: int,
-                             attention: str = "causal") -> float:
-    """C_token = 6·N_matmul + 12·L·h·d_h·ctx_bar  (compute §B3, planning rule L376).
-
-    `attn_dim` is h·d_h, or h·(d_qk + d_v)/2 when keys and values differ in width (MLA, compute
-    §C6: 3·2·ctx·h·(192+128)·L). N_matmul is the activated count for MoE."""
-    return 6 * n_matmul + 12 * n_layers * attn_dim * attention_context(seq_len, attention)
+# Training FLOPs per token (C_token, compute §B3) is model/flops.py's training_flops_per_token,
+# the formula train's MFU uses too.
 
 
 def attention_crossover_seq_len(n_matmul: float, n_layers: int, attn_dim: float) -> float:
@@ -304,12 +283,6 @@ def missizing_compute_fraction(rho: float, c: ChinchillaConstants) -> float:
     a, b = c.alpha, c.beta
     r = (b * rho ** (-a) + a * rho**b) / (a + b)
     return r ** (-1 / c.gamma)
-
-
-def overtraining_compute_factor(kappa: float, alpha: float) -> float:
-    """C_needed/C_opt = cosh((α/2)·ln κ)^(2/α), κ = (D/N)/(D/N)_opt (scaling §A11 L3089-3093,
-    compute §F L8883: α/2 = 0.15 gives 1.04x at κ 2, 1.5x at 10, 4.4x at 100)."""
-    return math.cosh(alpha / 2 * math.log(kappa)) ** (2 / alpha)
 
 
 # -- checkpoints and failures -----------------------------------------------------------------

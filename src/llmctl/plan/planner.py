@@ -12,8 +12,9 @@ import math
 from typing import Any
 
 from llmctl.errors import UsageError
+from llmctl.model.flops import training_flops_per_token
 from llmctl.plan import arithmetic as ar
-from llmctl.plan.hardware import Hardware, load_table, lookup
+from llmctl.torchrt.hardware import Hardware, load_table, lookup
 from llmctl.plan.arch import Arch
 
 DEFAULT_PRICE = 2.0  # $/GPU-hour, DeepSeek's assumption (compute §D: illustrative)
@@ -117,7 +118,7 @@ def plan(
     # -- FLOPs (compute §B3, §B4) --------------------------------------------------------------
     input_tables = (0 if arch.tied else arch.embedding) + arch.position_embedding
     n_mm = arch.n_matmul + (input_tables if count_input_embedding else 0)
-    fpt = ar.training_flops_per_token(n_mm, L, arch.attn_dim, s, attention)
+    fpt = training_flops_per_token(n_mm, L, arch.attn_dim, s, attention)
     attn = fpt - 6 * n_mm
     per_token = {
         "convention": f"6·N_matmul{' + input tables' if count_input_embedding else ''}"
@@ -125,8 +126,8 @@ def plan(
         "attention": attention, "count_input_embedding": count_input_embedding, "seq_len": s,
         "training": fpt, "attention_flops": attn, "attention_share": attn / fpt,
         "6N": 6 * arch.n_active, "6N_matmul": 6 * arch.n_matmul,
-        "causal": ar.training_flops_per_token(arch.n_matmul, L, arch.attn_dim, s, "causal"),
-        "full": ar.training_flops_per_token(arch.n_matmul, L, arch.attn_dim, s, "full"),
+        "causal": training_flops_per_token(arch.n_matmul, L, arch.attn_dim, s, "causal"),
+        "full": training_flops_per_token(arch.n_matmul, L, arch.attn_dim, s, "full"),
         "attention_crossover_seq_len": ar.attention_crossover_seq_len(arch.n_matmul, L, arch.attn_dim),
     }
 

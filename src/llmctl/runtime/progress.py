@@ -21,25 +21,3 @@ class Progress:
 
     def finish(self) -> None:
         """The work announced by `start` is over."""
-
-
-class RecordingProgress(Progress):
-    """Keeps what it was told; handy in tests and for programs embedding llmctl."""
-
-    def __init__(self) -> None:
-        self.total: int | None = None
-        self.done = 0
-        self.messages: list[str] = []
-        self.finished = False
-
-    def start(self, total, unit="", description=""):
-        self.total = total
-
-    def advance(self, n=1):
-        self.done += n
-
-    def log(self, message):
-        self.messages.append(message)
-
-    def finish(self):
-        self.finished = True

@@ -45,7 +45,7 @@ class TrainConfig:
     max_bad_steps: int = 5  # non-finite steps in a row before the run aborts
     spike_window: int = 50  # loss spike: z-score against the last spike_window finite losses
     spike_zscore: float = 6.0
-    on_spike: str = "flag"  # flag | skip-batch | rewind: what a flagged spike does (train/trainer.py)
+    on_spike: str = "flag"  # flag | skip-batch | rewind: what a flagged spike does (train/spikes.py)
     max_rewinds: int = 3  # rewind: rewinds in a row without getting past the spike before the run stops
     rewind_skip: int = 1  # rewind: data steps skipped, ending at the one that spiked
     ema_decay: float | None = None  # D of the weights' moving average (train/ema.py); None: off

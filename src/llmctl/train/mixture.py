@@ -5,9 +5,10 @@ rank's slice and a single-source run keep the guarantees of train/loader.py.
 Definitions (spec 001-data-eval §A6). A mixture is sources i with weights w_i (normalized to sum
 1, kept as exact fractions: `0.6` is 3/5). Global slot g = step·batch_seqs + j is one training
 sequence. A source's *epoch* is one pass over its windows of seq_len + 1 tokens in an order drawn
-from (seed, epoch); its k-th draw takes window k mod W_i of epoch k // W_i, exactly as the
-single-source loader does (source 0's orders are that loader's, so a one-source mixture gives
-the single-source run's batches byte for byte; the others' orders are spawned from (seed, i)).
+from (seed, epoch); its k-th draw takes window k mod W_i of epoch k // W_i: the WindowOrder of
+train/loader.py, the single-source loader's (source 0's orders are that loader's, so a one-source
+mixture gives the single-source run's batches byte for byte; the others' orders are spawned from
+(seed, i)).
 
 Which source a slot draws from: blocks. The slots are cut into blocks of M = m·batch_seqs slots
 (m = 1 unless a weight is under 1/batch_seqs: then the smallest m with w_min·M ≥ 1). Block b gives
@@ -61,6 +62,7 @@ import torch
 
 from llmctl.artifacts.tokens import TokenDataset
 from llmctl.errors import UsageError
+from llmctl.train.loader import SequenceBatches, WindowOrder
 
 MIX_TAG = 0x6D6978  # "mix": spawn key of the block shuffles (window orders use (seed, epoch) and (i,))
 CHUNK_SLOTS = 4096  # slots computed at once and cached
@@ -190,7 +192,8 @@ def check_sources(sources: Sequence[DataSource]) -> None:
 
 
 class SourceWindows:
-    """The windows of one source (its upsampled stream, when upsampled) and their epoch orders."""
+    """The windows of one source (its upsampled stream, when upsampled) and their epoch orders
+    (WindowOrder stream `index`)."""
 
     def __init__(self, dataset: TokenDataset, seq_len: int, seed: int, index: int, name: str = "",
                  upsample: Upsample | None = None):
@@ -205,7 +208,7 @@ class SourceWindows:
         self.n_windows = (self.stream_tokens - 1) // seq_len
         if self.n_windows < 1:
             raise UsageError(f"{dataset.path}: {self.stream_tokens} tokens cannot fill one window of {seq_len + 1}")
-        self._order = lru_cache(maxsize=4)(self._epoch_order)
+        self.order = WindowOrder(self.n_windows, seed, stream=index, cached=4)
 
     @property
     def upsampling(self) -> float:
@@ -227,22 +230,9 @@ class SourceWindows:
         self._v = np.concatenate(([0], np.cumsum(lengths)))[:-1]
         self.stream_tokens = int(lengths.sum())
 
-    def _epoch_order(self, epoch: int) -> np.ndarray:
-        # source 0: the single-source loader's generator; source i: spawned from (seed, epoch) by i
-        ss = [self.seed, epoch] if self.index == 0 else np.random.SeedSequence([self.seed, epoch], spawn_key=(self.index,))
-        return np.random.default_rng(ss).permutation(self.n_windows)
-
     def window_ids(self, draws: np.ndarray) -> np.ndarray:
-        """Window of each draw index k (ascending): window k mod W of epoch k // W's order."""
-        out = np.empty(len(draws), dtype=np.int64)
-        if not len(draws):
-            return out
-        w = self.n_windows
-        first, last = int(draws[0]) // w, int(draws[-1]) // w
-        cuts = np.searchsorted(draws, np.arange(first + 1, last + 1) * w) if last > first else []
-        for epoch, lo, hi in zip(range(first, last + 1), [0, *cuts], [*cuts, len(draws)]):
-            out[lo:hi] = self._order(epoch)[draws[lo:hi] - epoch * w]
-        return out
+        """Window of each draw index k (ascending), in this source's WindowOrder."""
+        return self.order.window_ids(draws)
 
     def fill(self, w: int, out: np.ndarray) -> None:
         """Write window w's seq_len + 1 tokens into `out`."""
@@ -411,9 +401,9 @@ def block_size(num: Sequence[int], den: int, batch_seqs: int) -> int:
 # the batches
 
 
-class MixedBatches:
-    """Global slot → (source, window) and the token rows: the loader of a mixture, with the
-    interface of train/loader.py's PackedBatches (`micro_batches`, `sequences`)."""
+class MixedBatches(SequenceBatches):
+    """Global slot → (source, window) and the token rows: the loader of a mixture, a
+    SequenceBatches of train/loader.py like the single-source PackedBatches."""
 
     def __init__(self, sources: Sequence[SourceWindows], weights: Sequence[float], caps: Sequence[int | None],
                  batch_seqs: int, seed: int):
@@ -508,10 +498,3 @@ class MixedBatches:
             fill[s](w, rows[j])
         rows = torch.from_numpy(rows)
         return rows[:, :-1], rows[:, 1:]
-
-    def micro_batches(self, step: int, batch_seqs: int, micro: int, rank: int = 0, world: int = 1):
-        """This rank's micro-batches of step `step`: the global batch is split by rank, then by micro."""
-        per_rank = batch_seqs // world
-        first = step * batch_seqs + rank * per_rank
-        for i in range(0, per_rank, micro):
-            yield self.sequences(first + i, min(micro, per_rank - i))

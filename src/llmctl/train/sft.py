@@ -29,7 +29,6 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +37,7 @@ import torch
 from llmctl.errors import UsageError
 from llmctl.tokenizer.vocab import Vocab
 from llmctl.torchrt import distributed
-from llmctl.train.loader import PackedBatches
+from llmctl.train.loader import SequenceBatches, WindowOrder
 from llmctl.train.trainer import fit
 
 
@@ -136,19 +135,19 @@ def row_batch(rows: PackedRows, idx) -> tuple[torch.Tensor, ...]:
             torch.from_numpy(rows.segments[idx]), torch.from_numpy(rows.positions[idx].astype(np.int64)))
 
 
-class PackedChats(PackedBatches):
-    """PackedBatches' (seed, step) arithmetic over packed conversation rows instead of windows:
-    `micro_batches` yields (tokens, targets, segments, positions)."""
+class PackedChats(SequenceBatches):
+    """Pretraining's (seed, step) arithmetic (WindowOrder) over packed conversation rows instead of
+    windows: `micro_batches` yields (tokens, targets, segments, positions)."""
 
     def __init__(self, rows: PackedRows, seed: int = 0):
         if len(rows) < 1:
             raise UsageError("--sft: no conversation with an assistant turn to train on")
         self.rows, self.seq_len, self.seed = rows, rows.tokens.shape[1], seed
         self.n_windows = len(rows)
-        self._order = lru_cache(maxsize=2)(self._epoch_order)
+        self.order = WindowOrder(self.n_windows, seed)
 
     def sequences(self, first: int, count: int):
-        return row_batch(self.rows, self.window_ids(first, count))
+        return row_batch(self.rows, self.order.consecutive(first, count))
 
 
 def read_conversations(path: Path) -> list[list[dict]]:

@@ -11,27 +11,10 @@ index of a step is `data_index(state, step)`, so a resumed run replays exactly t
 uninterrupted run would have seen, and on CPU its losses are bitwise the same. SIGTERM/SIGINT
 checkpoint at the end of the step and stop.
 
-Loss spikes. A step's loss is a spike when it lies more than spike_zscore standard deviations above
-the mean of the last spike_window finite losses (at least max(10, spike_window/2) of them; the
-window travels in the checkpoints, so a resumed run flags what the uninterrupted one did). Spec
-000-003 flags at 4 SD over a moving average (000:L521); 6 is the default here, the 0.5B run's
-window is not given. What a spike does is --on-spike:
-  flag        it is marked in metrics.jsonl ("spike": z) and the step is taken (the default);
-  skip-batch  the step's update is not applied: no optimizer step (Adam's moments and step count
-              stay), no EMA update; counted (spike_skipped_steps) and marked. Steps not applied in a
-              row, for either reason, abort the run at max_bad_steps;
-  rewind      the 0.5B run's playbook (spec 000-003 §B5, 000:L511, after PaLM: restart ~100 steps
-              earlier and skip 200-500 batches; 001-arch-optim-scaling §D 10, L2619): the step is not applied,
-              the run goes back to its last checkpoint (weights, optimizer, EMA, RNG — the path of
-              --resume; a run with this setting writes a step-0 checkpoint so there is always one),
-              and the data steps from the spiking one back over rewind_skip − 1 more (never before
-              the checkpoint) are skipped from then on: the replay meets the following batches
-              where the window was. The skipped data steps are kept in trainer_state.json
-              ("skipped_data"), so a resumed run maps steps to data the same way. A run that spikes
-              again before getting past the step it rewound from rewinds again, at most
-              max_rewinds times in a row, then stops (exit 1). Skipping only postpones a spike
-              whose cause is the model state (001-arch-optim-scaling §E: PaLM's replays of the
-              batch did not spike); the cap keeps a run from looping on one.
+Loss spikes. A step whose loss lies spike_zscore standard deviations above the recent window is
+flagged, and --on-spike flag | skip-batch | rewind says whether its update is taken, skipped, or the
+run goes back to its last checkpoint and skips the data that spiked: train/spikes.py (SpikePolicy
+decides; the loop carries out, _rewind restores the checkpoint).
 
 The run directory (torchrt/rundir.py; docs/design.md §2) holds config.json (resolved),
 metrics.jsonl (one object per step, plus "val" records), checkpoints/ and, when the run
@@ -65,14 +48,15 @@ from llmctl.torchrt import distributed
 from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.device import DTYPES, autocast
 from llmctl.torchrt.distributed import Dist
+from llmctl.torchrt.mfu import mfu, peak_flops
 from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
 from llmctl.torchrt import rundir
 from llmctl.torchrt.rundir import RunDir
 from llmctl.train.config import TrainConfig
 from llmctl.train.ema import EMA
-from llmctl.train.mfu import peak_flops
 from llmctl.train.mixture import DataSource
 from llmctl.train.pretrain import PretrainData
+from llmctl.train.spikes import SpikePolicy
 
 
 @dataclass
@@ -280,8 +264,8 @@ class Trainer:
         flops_per_token = self.model_cfg.flops_per_token(c.seq_len)
         peak, peak_source = peak_flops(d.device, DTYPES[c.dtype], c.peak_flops)
         params = [p for p in model.parameters()]
-        recent: deque[float] = deque(state.get("recent_losses", ()), maxlen=c.spike_window)
-        bad_in_row, last_val, last_val_ema = 0, None, None
+        spikes = SpikePolicy(c, state.get("recent_losses", ()))
+        last_val, last_val_ema = None, None
         last_step = min(self.total_steps, c.max_steps or self.total_steps)
         self.on_log(
             f"{self.model_cfg.n_params():,} parameters; {self.total_steps} steps of {c.batch_tokens:,} tokens "
@@ -290,7 +274,7 @@ class Trainer:
             + (f"; recompute {c.recompute}" if c.recompute != "none" else "")
             + (f"; EMA of the weights, decay {c.ema_decay:g}" if c.ema_decay is not None else ""))
         if c.on_spike == "rewind" and not self.run_dir.has_checkpoint():
-            self._checkpoint(model, opt, state, recent)  # where a rewind before the first periodic checkpoint goes
+            self._checkpoint(model, opt, state, spikes.recent)  # where a rewind before the first periodic checkpoint goes
         metrics = self.run_dir.metrics(state["step"])
         try:
             with _StopFlag() as stop:
@@ -303,46 +287,35 @@ class Trainer:
                     grad_norm = torch.nn.utils.clip_grad_norm_(params, c.grad_clip, foreach=True)
                     ce, = distributed.all_reduce_sum([ce], d)
                     ce /= d.world
-                    finite = math.isfinite(ce) and bool(torch.isfinite(grad_norm))
-                    spike = None
-                    if finite and len(recent) >= max(10, c.spike_window // 2):
-                        mean, std = float(np.mean(recent)), float(np.std(recent))
-                        if std > 0 and (ce - mean) / std > c.spike_zscore:
-                            spike = round((ce - mean) / std, 2)
-                    if spike is not None and c.on_spike == "rewind":
+                    action = spikes.observe(ce, math.isfinite(ce) and bool(torch.isfinite(grad_norm)))
+                    if action.rewind:
                         opt.zero_grad(set_to_none=True)
-                        model, opt, state, event = self._rewind(state, step, spike, ce)
+                        model, opt, state, event = self._rewind(state, step, action.z, ce)
                         params = [p for p in model.parameters()]
-                        recent = deque(state.get("recent_losses", ()), maxlen=c.spike_window)
-                        bad_in_row = 0
+                        spikes.restart(state.get("recent_losses", ()))
                         metrics.close()
                         metrics = self.run_dir.metrics(state["step"])  # the steps past the checkpoint run again
                         metrics.log({"step": state["step"], "tokens": state["tokens"], "rewind": event})
                         continue
-                    skip = spike is not None and c.on_spike == "skip-batch"
-                    if finite and not skip:
+                    if action.apply:
                         opt.step()
                         if self.ema is not None:
                             self.ema.update(params)
-                        bad_in_row = 0
                     else:
-                        key = "skipped_steps" if not finite else "spike_skipped_steps"
-                        state[key] = state.get(key, 0) + 1
-                        bad_in_row += 1
+                        state[action.counter] = state.get(action.counter, 0) + 1
                     opt.zero_grad(set_to_none=True)
                     if d.device.type == "cuda":
                         torch.cuda.synchronize(d.device)
                     dt = time.perf_counter() - t0
                     state["step"] += 1
                     state["tokens"] += c.batch_tokens
-                    if state.get("rewind_streak") and step >= state["rewind_step"]:
-                        state["rewind_streak"] = 0  # past the step the last rewind went back from
+                    spikes.stepped(state, step)
                     tps = c.batch_tokens / dt
                     rec = {
                         "step": state["step"], "tokens": state["tokens"], "loss": ce, "lr": lr,
                         "grad_norm": float(grad_norm), "clipped": bool(float(grad_norm) > c.grad_clip),
                         "tokens_per_s": round(tps, 1),
-                        "mfu": round(tps * flops_per_token / (d.world * peak), 5) if peak else None,
+                        "mfu": round(mfu(tps, flops_per_token, d.world, peak), 5) if peak else None,
                         "max_logit": max_logit, "step_seconds": round(dt, 4),
                     }
                     if data_step != step:
@@ -350,35 +323,19 @@ class Trainer:
                     if loss_tokens is not None:  # the loss is per loss token (SFT: assistant tokens); how many
                         rec["loss_tokens"] = int(loss_tokens)
                     rec.update(self.source.step_record(state["step"]))
-                    if not finite:
-                        rec["skipped"] = True
-                    elif spike is not None:
-                        rec["spike"] = spike
-                        if skip:
-                            rec["spike_skipped"] = True
-                    if finite:
-                        recent.append(ce)
+                    rec.update(action.marks())
                     val = val_ema = None
                     if self.source.has_val and (state["step"] == last_step or (c.eval_every and state["step"] % c.eval_every == 0)):
-                        val = last_val = self.source.validate(self._unwrapped(model), d, c.micro_batch, c.eval_windows, self.amp)
-                        if self.ema is not None:
-                            val_ema = last_val_ema = self.source.validate(self.ema.model, d, c.micro_batch, c.eval_windows, self.amp)
-                            if hasattr(self.ema.model, "reshard"):  # FSDP2 leaves a root it ran forward unsharded
-                                self.ema.model.reshard()
+                        val, val_ema = last_val, last_val_ema = self._validate(model)
                     metrics.log(rec)
                     if val:
                         metrics.log({"step": state["step"], "tokens": state["tokens"], "val": val,
                                      **({"val_ema": val_ema} if val_ema else {})})
                     self.on_step(StepStats(state["step"], self.total_steps, state["tokens"], ce, lr, tps, rec["mfu"], val, val_ema))
-                    if bad_in_row >= c.max_bad_steps:
-                        why = ("had a non-finite loss or gradient" if not finite else
-                               "were loss spikes whose update --on-spike skip-batch skipped")
-                        raise StageFailed(
-                            f"train: {bad_in_row} steps in a row {why} (last at step {state['step']}); "
-                            "lower --lr, check the data, or resume from an earlier checkpoint")
+                    spikes.check(state["step"])
                     stopping = distributed.broadcast_flag(stop.signum is not None, d)
                     if stopping or state["step"] == last_step or state["step"] % c.checkpoint_every == 0:
-                        self._checkpoint(model, opt, state, recent)
+                        self._checkpoint(model, opt, state, spikes.recent)
                     if stopping:
                         raise Interrupted(stop.signum or signal.SIGTERM,
                                           f"stopped by signal at step {state['step']}; checkpoint saved, continue with --resume")
@@ -430,6 +387,17 @@ class Trainer:
             ce_sum += float(ce) * weight
             max_logit = max(max_logit, float(top))
         return ce_sum, max_logit, loss_tokens
+
+    def _validate(self, model) -> tuple[dict, dict | None]:
+        """Held-out numbers of the weights and, with --ema-decay, of their moving average (else None)."""
+        c, d = self.cfg, self.dist
+        val = self.source.validate(self._unwrapped(model), d, c.micro_batch, c.eval_windows, self.amp)
+        val_ema = None
+        if self.ema is not None:
+            val_ema = self.source.validate(self.ema.model, d, c.micro_batch, c.eval_windows, self.amp)
+            if hasattr(self.ema.model, "reshard"):  # FSDP2 leaves a root it ran forward unsharded
+                self.ema.model.reshard()
+        return val, val_ema
 
     def _checkpoint(self, model, opt, state: dict, recent: deque) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict

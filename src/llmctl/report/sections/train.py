@@ -4,14 +4,16 @@ and validation bits-per-byte curves (train/plots.py, with the unigram floor the 
 the steps it skipped or flagged as spikes.
 
 FLOPs are the planner's arithmetic (plan/arithmetic.py, spec 001-compute-appendix §B3–B4):
-C = C_token · D with C_token = 6·N_matmul + 12·L·h·d_h·(s+1)/2 at the run's sequence length and D the
-tokens the run processed. MFU is the median of the per-step MFU the trainer logged."""
+C = C_token · D with C_token = 6·N_matmul + 12·L·h·d_h·(s+1)/2 at the run's sequence length
+(model/flops.py, the formula of the trainer's MFU) and D the tokens the run processed. MFU is the
+median of the per-step MFU the trainer logged."""
 
 from __future__ import annotations
 
 import statistics
 
 from llmctl.model.config import ModelConfig
+from llmctl.model.flops import training_flops_per_token
 from llmctl.plan import arithmetic
 from llmctl.plan.arch import from_model_config
 from llmctl.report.collect import Artifact, Lineage
@@ -32,7 +34,7 @@ def role(a: Artifact) -> str:
 def training_flops(model: dict, seq_len: int, tokens: int) -> tuple[float, float]:
     """(FLOPs per token, total training FLOPs) of a run: the planner's formulas on its architecture."""
     arch = from_model_config(ModelConfig.from_dict(model), "run", "config.json")
-    per_token = arithmetic.training_flops_per_token(arch.n_matmul, arch.n_layers, arch.attn_dim, seq_len, "causal")
+    per_token = training_flops_per_token(arch.n_matmul, arch.n_layers, arch.attn_dim, seq_len, "causal")
     return per_token, arithmetic.training_flops(per_token, tokens)
 
 

@@ -1,4 +1,6 @@
-"""The accelerator table `plan` reads peaks from (spec 001-compute-appendix §D), extensible by file.
+"""The accelerator table (spec 001-compute-appendix §D), extensible by file: `plan` reads peaks,
+memory and bandwidth from it, `train` the MFU peak of a known GPU (torchrt/mfu.py). It lives in the
+torch runtime's room, below both, and needs no torch itself.
 
 Peaks are dense (the MFU reference: dense BF16, never a 2:4-sparse figure; §E). The ridge point
 F_peak/W of the roofline (§B16) is derived, not stored.

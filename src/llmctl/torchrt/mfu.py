@@ -1,9 +1,10 @@
 """Model FLOPs utilization: achieved model FLOP/s over the hardware's dense peak.
 
 MFU = tokens/s · FLOPs/token / (ranks · peak), FLOPs/token = 6·N_matmul + causal attention
-(spec 001-compute-appendix §B6; ModelConfig.flops_per_token). The peak comes from `--peak-flops`,
-the accelerator table of `llmctl plan` for a known GPU, or — on a CPU, which has no datasheet
-number worth trusting — a short matmul benchmark in the run's own dtype and thread count.
+(spec 001-compute-appendix §B6; model/flops.py, through ModelConfig.flops_per_token). The peak
+comes from `--peak-flops`, the accelerator table (torchrt/hardware.py, the one `llmctl plan`
+reads) for a known GPU, or — on a CPU, which has no datasheet number worth trusting — a short
+matmul benchmark in the run's own dtype and thread count.
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ from __future__ import annotations
 import time
 
 import torch
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, ranks: int, peak: float) -> float:
+    """MFU = tokens/s · FLOPs/token / (ranks · peak of one rank)  (compute §B6)."""
+    return tokens_per_s * flops_per_token / (ranks * peak)
 
 
 def measure_matmul_flops(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
@@ -35,9 +41,9 @@ def measure_matmul_flops(dtype: torch.dtype = torch.float32, device: str | torch
 
 
 def gpu_peak_flops(device: torch.device) -> float | None:
-    """Dense BF16 peak of a known GPU from plan's hardware table, or None. MFU is measured against
+    """Dense BF16 peak of a known GPU from the hardware table, or None. MFU is measured against
     the BF16 peak whatever the run's dtype (spec 001-compute-appendix §B6)."""
-    from llmctl.plan.hardware import match_device_name
+    from llmctl.torchrt.hardware import match_device_name
 
     hw = match_device_name(torch.cuda.get_device_name(device))
     return hw.bf16_flops if hw else None
