@@ -187,7 +187,7 @@ def test_lineage_tree(screen):
 
 def test_plan_hardware_list(screen):
     from llmctl.plan import load_table
-    from llmctl.plan.planner import HARDWARE_HEADERS, hardware_rows
+    from llmctl.cli.plan_tables import HARDWARE_HEADERS, hardware_rows
 
     render.hardware_list(hardware_rows(load_table()), HARDWARE_HEADERS)
     check(screen, "TFLOP/s", "FLOP/B", "2,250.0", "NVIDIA GB200 (NVL72), per GPU")
@@ -195,7 +195,7 @@ def test_plan_hardware_list(screen):
 
 def test_plan_report(screen):
     from llmctl.plan import load_preset, plan
-    from llmctl.plan import render as plan_tables
+    from llmctl.cli.plan_tables import render as plan_tables
 
     arch, train = load_preset("fineweb-0.5b")
     for t in plan_tables(plan(arch, train=train, tokens=10e9, gpus=8, gpu="h100")):

@@ -22,7 +22,7 @@ from llmctl.cli import data, decontam, filter, inspect, plan, report, rl, tokeni
 from llmctl.cli import eval as evaluate
 from llmctl.cli.options import G, Json, Quiet
 from llmctl.artifacts.atomic import disk_error
-from llmctl.console import err
+from llmctl.cli.console import err
 from llmctl.errors import Interrupted, StageFailed, UsageError
 
 app = typer.Typer(

@@ -9,7 +9,7 @@ import typer
 
 from llmctl.cli import render
 from llmctl.cli.options import Config, DocsIn, Json, Out, Overwrite, Quiet, RunFlags, Strict, flags, run_control
-from llmctl.console import ConsoleProgress
+from llmctl.cli.console import ConsoleProgress
 
 app = typer.Typer()
 

@@ -10,7 +10,7 @@ import typer
 
 from llmctl.cli import render
 from llmctl.cli.options import Config, DocsIn, Json, Quiet, RunFlags, flags, run_control
-from llmctl.console import ConsoleProgress
+from llmctl.cli.console import ConsoleProgress
 from llmctl.errors import UsageError
 
 app = typer.Typer()

@@ -12,7 +12,7 @@ import typer
 from llmctl.bounds import check_flags
 from llmctl.cli import render
 from llmctl.cli.options import Config, DefaultCommandGroup, Json, Overwrite, Quiet, flags, typed
-from llmctl.console import ConsoleProgress, print_json
+from llmctl.cli.console import ConsoleProgress, print_json
 from llmctl.eval.tasks import kinds
 
 app = typer.Typer()  # generate

@@ -9,7 +9,7 @@ import typer
 
 from llmctl.cli import render
 from llmctl.cli.options import Config, DefaultCommandGroup, DocsIn, Json, Out, Overwrite, Quiet, RunFlags, flags, run_control
-from llmctl.console import ConsoleProgress, err, print_json
+from llmctl.cli.console import ConsoleProgress, err, print_json
 
 filter_app = typer.Typer(
     cls=DefaultCommandGroup,

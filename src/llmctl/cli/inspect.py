@@ -10,7 +10,7 @@ import typer
 from llmctl.bounds import check_flags
 from llmctl.cli import render
 from llmctl.cli.options import Json, Quiet, flags
-from llmctl.console import print_json
+from llmctl.cli.console import print_json
 from llmctl.errors import UsageError
 
 app = typer.Typer()

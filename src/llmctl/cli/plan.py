@@ -10,7 +10,7 @@ import typer
 from llmctl.bounds import check_flags
 from llmctl.cli import render
 from llmctl.cli.options import Json, Quiet, flags
-from llmctl.console import print_json
+from llmctl.cli.console import print_json
 from llmctl.errors import UsageError
 
 app = typer.Typer()
@@ -53,8 +53,8 @@ def plan(
     per GPU, KV cache, Chinchilla sizing and checkpoint interval."""
     from llmctl.plan import load_hf_config, load_preset, load_table
     from llmctl.plan import plan as make_plan
-    from llmctl.plan import render as plan_tables
-    from llmctl.plan.planner import HARDWARE_HEADERS, hardware_rows
+    from llmctl.cli.plan_tables import HARDWARE_HEADERS, hardware_rows
+    from llmctl.cli.plan_tables import render as plan_tables
 
     _, as_json = flags(quiet, json_)
     check_flags("plan", tokens=tokens, flops=flops, days=days, gpus=gpus, mfu=mfu, seq_len=seq_len, micro_batch=micro_batch,
@@ -84,5 +84,5 @@ def plan(
         print_json(r)
         return
     out = render.stdout()
-    for t in plan_tables(r):  # the plan package builds its own tables (they are its report)
+    for t in plan_tables(r):
         out.print(t)

@@ -19,7 +19,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from llmctl.artifacts.manifest import error_place
-from llmctl.console import err, flatten, print_json, table
+from llmctl.cli.console import err, flatten, print_json, table
 
 
 def stdout() -> Console:
@@ -182,7 +182,7 @@ def tokenizer_report(r: dict) -> None:
 
 def hardware_list(rows: list[tuple], headers: tuple) -> None:
     """`plan --list-gpus`: the peaks in one table, names and sources in a second, so that each
-    fits 80 columns (rows and headers: llmctl.plan.planner.hardware_rows, HARDWARE_HEADERS)."""
+    fits 80 columns (rows and headers: cli/plan_tables.py hardware_rows, HARDWARE_HEADERS)."""
     out = stdout()
     peaks = [(r[0], *r[2:8]) for r in rows]
     units = tuple(h.replace(" ", "\n", 1) for h in headers[2:8])  # "BF16 TFLOP/s": the unit under the name

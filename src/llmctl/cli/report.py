@@ -9,7 +9,7 @@ import typer
 
 from llmctl.cli import render
 from llmctl.cli.options import Json, Quiet, flags
-from llmctl.console import print_json
+from llmctl.cli.console import print_json
 
 app = typer.Typer()
 

@@ -9,7 +9,7 @@ import typer
 
 from llmctl.cli import render
 from llmctl.cli.options import DefaultCommandGroup, DocsIn, Json, Out, Overwrite, Quiet, RunFlags, flags, run_control
-from llmctl.console import ConsoleProgress, print_json
+from llmctl.cli.console import ConsoleProgress, print_json
 
 tokenize_app = typer.Typer(
     cls=DefaultCommandGroup,

@@ -1,5 +1,5 @@
 """The terminal primitives the CLI draws with: the stderr console, the progress bar, tables,
-JSON on stdout. What each command shows is built from these in `llmctl.cli.render`.
+JSON on stdout. What each command shows is built from these in `cli/render.py`.
 
 Library code reports through `runtime.progress.Progress`; `ConsoleProgress` is the
 implementation the CLI passes in. The bar is off when stderr is not a terminal or with --quiet;
