@@ -284,7 +284,7 @@ def test_library_call_runs_every_phase_on_the_requested_executor(tmp_path, monke
             seen.extend(t.name for t in tasks)
             results = executor.InOrder(tasks, on_result)
             for t in tasks:
-                results.add(executor._call(fn, t, progress.advance))
+                results.add(executor.call_task(fn, t, progress.advance))
             return results.all()
 
     @contextmanager
