@@ -15,7 +15,7 @@ from llmctl.data.dedup.clusters import components, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
 from llmctl.data.dedup.normalize import normalize_text, normalize_url, normalized_codes, normalized_words
 from llmctl.data.dedup.run import DedupConfig, run_dedup
-from llmctl.data.extract import ExtractConfig, run_crawl_extract
+from llmctl.data.crawl.extract import ExtractConfig, run_crawl_extract
 from llmctl.errors import UsageError
 from llmctl.runtime.options import RunOptions
 

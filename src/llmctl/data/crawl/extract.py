@@ -8,7 +8,7 @@ needs only the address):
 
 Each skipped record is counted under its reason. Extraction is trafilatura's, by default with
 the FineWeb settings (favour precision, no comments, dedupe on; spec §A1, L1215; `fast` is
-trafilatura's fast mode), or resiliparse's as DCLM ran it (data/extractors.py): everything before
+trafilatura's fast mode), or resiliparse's as DCLM ran it (data/crawl/extractors.py): everything before
 and after the extractor is the same for both. Language ID is fastText lid.176 with the keep rule
 of spec §A2.
 
@@ -16,7 +16,7 @@ Work is split into byte ranges of the input files (runtime/split.py), so one 1 G
 every core busy; the ranges depend only on the inputs, so the output is the same whatever
 `--workers`. trafilatura's dedup cache is made fresh for each range for the same reason. A WARC
 on stdin (`-`) is read by this process and cut into windows where a file's ranges would be cut
-(data/warcstream.py); its rows' `warc_path` is `-`.
+(data/crawl/warcstream.py); its rows' `warc_path` is `-`.
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ from llmctl.artifacts.docs import STDIO, part_name
 from llmctl.artifacts.docs_write import ShardWriter
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.artifacts.stdin import StdinReader
-from llmctl.data import extractors, langid
-from llmctl.data.decode import UndecodableError, decode_html
+from llmctl.data import langid
+from llmctl.data.crawl import extractors
+from llmctl.data.crawl.decode import UndecodableError, decode_html
 from llmctl.data.urlfilter import UrlFilter
-from llmctl.data.warc import WarcError, file_size, iter_records, iter_window, sniff, splittable
-from llmctl.data.warcstream import WarcStream
+from llmctl.data.crawl.warc import WarcError, file_size, iter_records, iter_window, sniff, splittable
+from llmctl.data.crawl.warcstream import WarcStream
 from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
@@ -72,7 +73,7 @@ REJECTED_SCHEMA = SCHEMA.append(pa.field("reason", pa.string()))
 
 @dataclass
 class ExtractConfig:
-    extractor: str = "trafilatura"  # or "resiliparse" (data/extractors.py)
+    extractor: str = "trafilatura"  # or "resiliparse" (data/crawl/extractors.py)
     fast: bool = False  # trafilatura fast mode (no fallback extractors)
     favor_precision: bool = True  # trafilatura; FineWeb setting
     include_comments: bool = False  # both extractors: keep comment sections
@@ -153,7 +154,7 @@ def plan_tasks(paths: list[str]) -> list[Task]:
 # One record
 
 
-class _Timeout(Exception):
+class RecordTimeout(Exception):
     pass
 
 
@@ -166,7 +167,7 @@ def time_limit(seconds: float):
         return
 
     def fire(signum, frame):
-        raise _Timeout()
+        raise RecordTimeout()
 
     previous = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -259,7 +260,7 @@ class Extractor:
             # it returns, so a page over the limit is still skipped as timeout, just later
             with time_limit(cfg.timeout):
                 text = self._extract(html)
-        except _Timeout:
+        except RecordTimeout:
             return None, "timeout"
         if not text or not text.strip():
             return None, "empty"
