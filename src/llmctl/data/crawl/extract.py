@@ -24,7 +24,6 @@ from __future__ import annotations
 import glob
 import re
 import signal
-import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -35,7 +34,7 @@ import pyarrow as pa
 from warcio.statusandheaders import StatusAndHeadersParser, StatusAndHeadersParserException
 
 from llmctl.artifacts.docs import STDIO, part_name
-from llmctl.artifacts.docs_write import ShardWriter
+from llmctl.artifacts.docs_shard import ShardOutput
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.artifacts.stdin import StdinReader
 from llmctl.data import langid
@@ -48,8 +47,9 @@ from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.split import auto_chunk, byte_ranges
-from llmctl.runtime.options import RunOptions, executor_scope
+from llmctl.runtime.options import RunOptions
 from llmctl.runtime.sharded import run_sharded
+from llmctl.runtime.stage import stage_run
 
 STAGE = "crawl-extract"
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -68,7 +68,6 @@ SCHEMA = pa.schema(
         ("warc_offset", pa.int64()),
     ]
 )
-REJECTED_SCHEMA = SCHEMA.append(pa.field("reason", pa.string()))
 
 
 @dataclass
@@ -317,15 +316,10 @@ def extract_shard(task: Task, out: Path, report, cfg: ExtractConfig) -> dict:
     kept = [r for r in rows if not keep or (r["lang"] in keep and r["lang_score"] >= cfg.lang_threshold)]
     rejected = [dict(r, reason="lang") for r in rows if keep and not (r["lang"] in keep and r["lang_score"] >= cfg.lang_threshold)]
 
-    outputs = [f"{task.name}.parquet"]
-    with ShardWriter(out / outputs[0], SCHEMA) as w:
-        w.write(pa.Table.from_pylist(kept, schema=SCHEMA))
-    if cfg.keep_rejected:
-        outputs.append(f"rejected/{task.name}.parquet")
-        with ShardWriter(out / outputs[1], REJECTED_SCHEMA) as w:
-            w.write(pa.Table.from_pylist(rejected, schema=REJECTED_SCHEMA))
+    with ShardOutput(out, task.name, SCHEMA, rejected=[] if cfg.keep_rejected else None) as shard:
+        shard.write_rows(kept, rejected)
     return {
-        "outputs": outputs,
+        "outputs": shard.outputs,
         "counts": {
             "records": records,
             "in": len(rows) + sum(skipped.values()) - skipped["not_response"],
@@ -360,9 +354,9 @@ def run_crawl_extract(
     opts = opts or RunOptions()
     if inputs == [STDIO] and opts.executor != "local":
         raise UsageError("--executor ray runs on files (or s3:// URLs) its workers can open; a stream on stdin is read here, give paths")
-    with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-crawl-extract-") as spool:  # one scope, opened before OUT is touched
+    with stage_run(opts, "llmctl-crawl-extract-") as run:
         if inputs == [STDIO]:
-            stream = WarcStream(StdinReader(stdin, "a WARC file"), spool)
+            stream = WarcStream(StdinReader(stdin, "a WARC file"), str(run.tmp))
             tasks, refs = stream, lambda: [stream.input_ref()]  # cut as it is read, named once read
         else:
             # absolute paths, so warc_path leads back to the record from wherever the docs are read
