@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import sys
 import tempfile
 import time
