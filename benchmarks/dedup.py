@@ -671,7 +671,7 @@ def breakdown(docs: Path, n: int = 2500, passes: int = 3) -> dict:
 
     from llmctl.data.dedup.minhash import MinHasher, Shingler, Words
     from llmctl.data.dedup.normalize import normalized_codes, normalized_words
-    from llmctl.data.dedup.run import _chunks
+    from llmctl.data.dedup.run import text_chunks
 
     texts = [t for p in sorted(docs.glob("part-*.parquet")) for t in pq.read_table(p, columns=["text"]).column("text").to_pylist()][:n]
     best: dict[str, float] = {}
@@ -682,7 +682,7 @@ def breakdown(docs: Path, n: int = 2500, passes: int = 3) -> dict:
             nonlocal t
             best[name], t = min(best.get(name, math.inf), time.process_time() - t), time.process_time()
 
-        codes = [normalized_codes(texts[lo:hi]) for lo, hi in _chunks(texts)]
+        codes = [normalized_codes(texts[lo:hi]) for lo, hi in text_chunks(texts)]
         lap("llmctl: normalized_codes")
         shingler, hasher = Shingler(NGRAM), MinHasher(BANDS, ROWS)
         sets = [shingler.shingles(Words.of(*c)) for c in codes]

@@ -224,9 +224,9 @@ def reference_texts(rows: list[dict], scope: str) -> list[str | None]:
     import trafilatura
     from trafilatura.deduplication import LRU_SIZE, LRUCache
 
-    from llmctl.data.decode import decode_html
-    from llmctl.data.extract import http_headers, plan_tasks
-    from llmctl.data.warc import WarcRecord, iter_records
+    from llmctl.data.crawl.decode import decode_html
+    from llmctl.data.crawl.extract import http_headers, plan_tasks
+    from llmctl.data.crawl.warc import WarcRecord, iter_records
 
     starts = {}  # warc_path -> start offsets of llmctl's byte ranges
     for t in plan_tasks(sorted({r["warc_path"] for r in rows})):
@@ -367,6 +367,19 @@ def quality(traf_dir: str, res_dir: str, tmp: str) -> dict:
 # per-page profile
 
 
+def crawl_module(name: str):
+    """A crawl-extract module of the source tree under test: data/crawl/NAME.py, or data/NAME.py
+    in a --baseline-src tree from before crawl-extract's helpers had their own folder."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"llmctl.data.crawl.{name}")
+    except ModuleNotFoundError as e:
+        if e.name not in ("llmctl.data.crawl", f"llmctl.data.crawl.{name}"):
+            raise
+        return importlib.import_module(f"llmctl.data.{name}")
+
+
 def profile_child(warc: str) -> None:
     """Runs in a child whose PYTHONPATH is the source tree under test: crawl-extract's steps one
     after another over every HTML 200 response of `warc`, CPU time of each, printed as JSON."""
@@ -380,9 +393,10 @@ def profile_child(warc: str) -> None:
 
     from llmctl.artifacts.docs_write import ShardWriter
     from llmctl.data import langid
-    from llmctl.data.decode import decode_html
-    from llmctl.data.extract import SCHEMA, http_headers, page_title
-    from llmctl.data.warc import iter_records
+
+    decode_html = crawl_module("decode").decode_html
+    SCHEMA, http_headers, page_title = (getattr(crawl_module("extract"), n) for n in ("SCHEMA", "http_headers", "page_title"))
+    iter_records = crawl_module("warc").iter_records
 
     model = langid.load(str(LID_FTZ))  # the product venv's copy (this runs in the bench venv)
     if getattr(trafilatura.external, "JT_STOPLIST", None) is None and hasattr(trafilatura.external, "jt_stoplist_init"):
@@ -443,8 +457,9 @@ def overhead_child(warc: str, out: str) -> None:
     import trafilatura
 
     trafilatura.extract = lambda html, **kw: html[:200]
-    from llmctl.data.extract import ExtractConfig, run_crawl_extract
     from llmctl.runtime.options import RunOptions
+
+    ExtractConfig, run_crawl_extract = crawl_module("extract").ExtractConfig, crawl_module("extract").run_crawl_extract
 
     t = time.process_time()
     m = run_crawl_extract([warc], out, ExtractConfig(langid_model=str(LID_FTZ)), RunOptions(workers=1, overwrite=True))
@@ -481,7 +496,7 @@ def profile(src: Path, warc: str) -> dict:
 
 PROFILE_ROWS = (
     ("read", "WARC read: gunzip, warcio records, HTTP headers, body"),
-    ("decode", "charset decode (data/decode.py)"),
+    ("decode", "charset decode (data/crawl/decode.py)"),
     ("title", "title"),
     ("extract_trafilatura", "extract: trafilatura (FineWeb settings)"),
     ("extract_resiliparse", "extract: resiliparse (dclm.toml)"),

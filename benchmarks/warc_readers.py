@@ -2,7 +2,7 @@
 
     .venv-bench/bin/python benchmarks/warc_readers.py [--warc PATH] [--repeat N]
 
-llmctl's reader (src/llmctl/data/warc.py) finds and inflates each gzip member itself, so it knows
+llmctl's reader (src/llmctl/data/crawl/warc.py) finds and inflates each gzip member itself, so it knows
 every record's byte offset and can step over a damaged member; only the parsing of a member's
 records is a library's. Timed here, CPU ms per HTML 200 response of the WARC (median of --repeat):
   - gunzip: the members inflated by llmctl's reader (zlib), as crawl-extract does;
@@ -32,7 +32,7 @@ BAD = REPO.parent / "shared" / "data" / "warc-bad"
 
 def members(path: str) -> list[bytes]:
     """The gzip members' contents, read the way crawl-extract reads them."""
-    from llmctl.data import warc
+    from llmctl.data.crawl import warc
 
     out = []
     with open(path, "rb") as f:
@@ -45,12 +45,12 @@ def members(path: str) -> list[bytes]:
 
 
 def parse_warcio(contents: list[bytes]) -> int:
-    from llmctl.data.extract import http_headers
-    from llmctl.data.warc import _records_in
+    from llmctl.data.crawl.extract import http_headers
+    from llmctl.data.crawl.warc import records_in
 
     pages = 0
     for content in contents:
-        for item in _records_in(content, 0):
+        for item in records_in(content, 0):
             rec = item.record
             if rec.rec_type != "response":
                 continue
@@ -90,7 +90,7 @@ def cpu_ms(fn, repeat: int) -> tuple[float, object]:
 def damage_rows() -> list[str]:
     from fastwarc.warc import ArchiveIterator
 
-    from llmctl.data.warc import WarcError, iter_records
+    from llmctl.data.crawl.warc import WarcError, iter_records
 
     rows = []
     for path in sorted(BAD.glob("*")):

@@ -505,7 +505,7 @@ def test_the_reader_keeps_what_lies_around_the_damage(tmp_path):
 def test_every_shipped_preset_is_within_the_bounds():
     from llmctl.config import build_config
     from llmctl.data.dedup.run import DedupConfig
-    from llmctl.data.extract import ExtractConfig
+    from llmctl.data.crawl.extract import ExtractConfig
     from llmctl.data.filter import FilterConfig
     from llmctl.eval.runner import EvalConfig
     from llmctl.rl.config import RLConfig

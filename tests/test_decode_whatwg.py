@@ -1,4 +1,4 @@
-"""Charset labels read as the WHATWG Encoding Standard reads them (data/whatwg.py, data/decode.py).
+"""Charset labels read as the WHATWG Encoding Standard reads them (data/crawl/whatwg.py, data/crawl/decode.py).
 
 Expected characters are the standard's: its index files (indexes.json of whatwg/encoding) and
 its encodings.json label table, looked up by hand for each byte below."""
@@ -8,8 +8,8 @@ import codecs
 import pytest
 import webencodings
 
-from llmctl.data import whatwg
-from llmctl.data.decode import decode_html
+from llmctl.data.crawl import whatwg
+from llmctl.data.crawl.decode import decode_html
 
 CHINESE = "北京是中华人民共和国的首都，也是全国的政治中心和文化中心。" * 4
 

@@ -267,7 +267,7 @@ def crawl_docs(tmp_path_factory):
     if not (CRAWL / "planted.json").exists():
         pytest.skip("examples/crawl not generated")
     from llmctl.config import build_config
-    from llmctl.data.extract import STAGE, ExtractConfig, run_crawl_extract
+    from llmctl.data.crawl.extract import STAGE, ExtractConfig, run_crawl_extract
 
     out = tmp_path_factory.mktemp("crawl") / "docs"
     run_crawl_extract([str(CRAWL)], str(out), build_config(ExtractConfig, STAGE, str(ROOT / "stages/crawl-extract/default.toml")), RunOptions(workers=2))

@@ -15,8 +15,8 @@ from llmctl.data.dedup.clusters import components, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
 from llmctl.data.dedup.normalize import normalize_text, normalize_url, normalized_codes, normalized_words
 from llmctl.data.dedup.run import DedupConfig, run_dedup
-from llmctl.data.extract import ExtractConfig, run_crawl_extract
-from llmctl.errors import UsageError
+from llmctl.data.crawl.extract import ExtractConfig, run_crawl_extract
+from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.options import RunOptions
 
 WORDS = "river mill stone bridge market harbor valley orchard meadow forest castle village tower garden".split()
@@ -157,6 +157,29 @@ def test_lines_dedup_drops_frequent_lines_and_keeps_documents(tmp_path):
     assert m.counts["lines"]["removed"] == 10
 
 
+def test_a_failed_filter_shard_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """A filter-phase shard that fails after it opened its kept and rejected writers aborts both:
+    nothing `.NAME.tmp-PID` is left in OUT or in OUT/rejected (the rejected one used to stay)."""
+    from llmctl.data.dedup import run as dedup_run
+
+    rows = [{"id": str(i), "text": f"Opening {i}.\nShare this page on social media\nClosing {i}."} for i in range(4)]
+    rows.append(dict(rows[0], id="copy"))  # an exact duplicate, so the rejected shard has a row to write
+    src = write(tmp_path, rows)
+    calls = []
+
+    def broken(h, frequent):  # the filter phase's check of each kept document's lines
+        calls.append(h)
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(dedup_run, "_is_frequent", broken)
+    out = tmp_path / "o"
+    with pytest.raises(StageFailed, match="injected failure"):
+        run_dedup([src], str(out), DedupConfig(exact=True, lines=True, max_line_count=1, keep_rejected=True), RunOptions(workers=1))
+    assert calls  # it failed inside the task, with both writers open
+    assert not list(out.glob(".*.tmp-*")) and not list((out / "rejected").glob(".*.tmp-*"))
+    assert not list(out.glob("part-*.parquet")) and not list((out / "rejected").glob("part-*.parquet"))
+
+
 @pytest.mark.parametrize("phase", ["sign", "pairs", "clusters", "filter"])
 def test_resume_after_a_kill_in_each_phase(tmp_path, phase):
     rows = [{"id": f"d{i}", "text": article(i % 25, 200)} for i in range(50)]
@@ -284,7 +307,7 @@ def test_library_call_runs_every_phase_on_the_requested_executor(tmp_path, monke
             seen.extend(t.name for t in tasks)
             results = executor.InOrder(tasks, on_result)
             for t in tasks:
-                results.add(executor._call(fn, t, progress.advance))
+                results.add(executor.call_task(fn, t, progress.advance))
             return results.all()
 
     @contextmanager

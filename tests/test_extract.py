@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import DATA, llmctl, shared_file
-from llmctl.data.decode import decode_html
-from llmctl.data.extract import ExtractConfig, is_html, page_title, run_crawl_extract, time_limit, _Timeout
+from llmctl.data.crawl.decode import decode_html
+from llmctl.data.crawl.extract import ExtractConfig, is_html, page_title, run_crawl_extract, time_limit, RecordTimeout
 from llmctl.data.urlfilter import UrlFilter
 from llmctl.errors import UsageError
 from llmctl.runtime.options import RunOptions
@@ -65,7 +65,7 @@ def test_pages_a_output_is_identical_with_one_worker(pages_a, tmp_path):
 
 
 def test_warc_offset_leads_back_to_the_record(pages_a):
-    from llmctl.data.warc import WarcRecord, iter_records
+    from llmctl.data.crawl.warc import WarcRecord, iter_records
 
     out, _ = pages_a
     r = rows(out)[7]
@@ -190,7 +190,7 @@ def test_html_detection_and_title():
 
 def test_time_limit_interrupts_a_slow_page():
     t0 = time.perf_counter()
-    with pytest.raises(_Timeout):
+    with pytest.raises(RecordTimeout):
         with time_limit(0.2):
             while True:
                 pass

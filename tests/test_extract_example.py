@@ -10,7 +10,7 @@ import pytest
 
 from conftest import CRAWL, ROOT
 from llmctl.config import build_config
-from llmctl.data.extract import STAGE, ExtractConfig, run_crawl_extract
+from llmctl.data.crawl.extract import STAGE, ExtractConfig, run_crawl_extract
 from llmctl.data.urlfilter import UrlFilter
 from llmctl.runtime.options import RunOptions
 

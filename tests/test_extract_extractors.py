@@ -12,8 +12,8 @@ import pytest
 
 from conftest import CRAWL, DATA, ROOT, llmctl, shared_file
 from llmctl.config import build_config
-from llmctl.data import extractors, warc
-from llmctl.data.extract import STAGE, ExtractConfig, run_crawl_extract
+from llmctl.data.crawl import extractors, warc
+from llmctl.data.crawl.extract import STAGE, ExtractConfig, run_crawl_extract
 from llmctl.data.urlfilter import UrlFilter
 from llmctl.runtime.options import RunOptions
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import CRAWL, ROOT, llmctl
 from llmctl.config import build_config
-from llmctl.data.extract import ExtractConfig, run_crawl_extract
+from llmctl.data.crawl.extract import ExtractConfig, run_crawl_extract
 from llmctl.data.filter import FilterConfig, funnel_rows, run_chain, build_steps, step_labels, run_filter
 from llmctl.runtime.options import RunOptions
 

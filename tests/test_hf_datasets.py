@@ -17,7 +17,7 @@ from conftest import llmctl  # noqa: E402
 from llmctl.artifacts.card import CARD  # noqa: E402
 from llmctl.data.cat import CatConfig, run_cat  # noqa: E402
 from llmctl.data.dedup.run import DedupConfig, run_dedup  # noqa: E402
-from llmctl.data.extract import ExtractConfig, run_crawl_extract  # noqa: E402
+from llmctl.data.crawl.extract import ExtractConfig, run_crawl_extract  # noqa: E402
 from llmctl.data.filter import FilterConfig, run_filter  # noqa: E402
 from llmctl.runtime.options import RunOptions  # noqa: E402
 

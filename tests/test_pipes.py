@@ -22,12 +22,12 @@ from llmctl.artifacts.manifest import read_manifest
 from llmctl.artifacts.stdin import StdinReader
 from llmctl.config import build_config, preset
 from llmctl.data.dedup.run import DedupConfig, run_dedup
-from llmctl.data.extract import STAGE as EXTRACT, ExtractConfig, run_crawl_extract
+from llmctl.data.crawl.extract import STAGE as EXTRACT, ExtractConfig, run_crawl_extract
 from llmctl.data.filter import FilterConfig, run_filter
 from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
 from llmctl.tokenizer.bpe import TrainTokenizerConfig
-from llmctl.data.warc import WarcError, iter_records, iter_window, sniff_head
-from llmctl.data.warcstream import WarcStream
+from llmctl.data.crawl.warc import WarcError, iter_records, iter_window, sniff_head
+from llmctl.data.crawl.warcstream import WarcStream
 from llmctl.errors import UsageError
 from llmctl.runtime.options import RunOptions
 from llmctl.runtime.split import byte_ranges

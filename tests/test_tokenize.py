@@ -173,7 +173,7 @@ def test_empty_documents_and_usage_errors(tok_dir, tmp_path):
 
 def test_pages_a_parity(tmp_path):
     """On real pages: tiktoken's ids equal the tokenizers ids on every document."""
-    from llmctl.data.extract import ExtractConfig, run_crawl_extract
+    from llmctl.data.crawl.extract import ExtractConfig, run_crawl_extract
 
     run_crawl_extract([str(shared_file("warc-bad/pages-corrupt-middle.warc.gz"))], str(tmp_path / "docs"), ExtractConfig(), RunOptions(workers=2))
     train_tokenizer([str(tmp_path / "docs")], str(tmp_path / "tok"), bpe.TrainTokenizerConfig(vocab_size=2000))

@@ -104,7 +104,7 @@ def test_rules_are_the_installed_spacys():
     assert (spacy_en.PREFIX, spacy_en.SUFFIX, spacy_en.INFIX, spacy_en.URL) == (
         tok.prefix_search.__self__.pattern, tok.suffix_search.__self__.pattern,
         tok.infix_finditer.__self__.pattern, tok.url_match.__self__.pattern,
-    ), f"spaCy {spacy.__version__} changed its rules: run benchmarks/spacy_rules.py"  # fmt: skip
+    ), f"spaCy {spacy.__version__} changed its rules: run examples/make_spacy_rules.py"  # fmt: skip
     assert set(spacy_en.SPECIAL_CASES) == set(tok.rules)
 
 

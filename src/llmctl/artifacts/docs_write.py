@@ -52,8 +52,10 @@ class ShardWriter:
         return self.path
 
     def abort(self) -> None:
-        self._writer.close()
-        self.tmp.unlink(missing_ok=True)
+        try:
+            self._writer.close()
+        finally:  # a writer that cannot finish (a full disk) still leaves no temporary behind
+            self.tmp.unlink(missing_ok=True)
 
     def __enter__(self):
         return self

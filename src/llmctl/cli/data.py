@@ -81,7 +81,7 @@ def crawl_extract(
     resiliparse) and identifies the language with fastText lid.176. Every skipped record is counted by reason in
     the manifest and the summary."""
     from llmctl.config import build_config, preset
-    from llmctl.data.extract import STAGE, ExtractConfig, run_crawl_extract
+    from llmctl.data.crawl.extract import STAGE, ExtractConfig, run_crawl_extract
 
     quiet, as_json = flags(quiet, json_)
     cfg = build_config(

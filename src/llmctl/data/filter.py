@@ -16,21 +16,21 @@ removed next to every score"). Work is one task per input Parquet/JSONL file.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
-from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, part_name, read_source, row_count, source_schema
-from llmctl.artifacts.docs_write import ShardWriter, sharded_inputs
+from llmctl.artifacts.docs import DocsSource, read_source
+from llmctl.artifacts.docs_shard import ShardInput, ShardOutput
 from llmctl.artifacts.manifest import Manifest
 from llmctl.data.filters import STEPS, Doc, Step, all_stats, build_step, first_failure
 from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
-from llmctl.runtime.options import RunOptions, executor_scope
+from llmctl.runtime.options import RunOptions
 from llmctl.runtime.sharded import run_sharded
+from llmctl.runtime.stage import stage_run
 
 STAGE = "filter"
 
@@ -151,25 +151,16 @@ class _ShardFn:
 
 
 def filter_shard(task: Task, out: Path, report, cfg: FilterConfig, steps: list[Step]) -> dict:
-    source = DocsSource(**task.payload)
+    inp = ShardInput(DocsSource(**task.payload))
     labels = step_labels(cfg.steps)
-    log = ReadLog()  # damaged spots and text-less rows the reader leaves out: this shard's to report
-    in_schema = source_schema(source, log)
-    if in_schema is None:  # the file does not open: nothing to write, the damage is counted
-        return {"outputs": [], "counts": {"in": 0, "out": 0, "kept": 0, **log.counts()}, "errors": log.errors}
-    schema = output_schema(in_schema, steps, labels, cfg.annotate_only)
-    rej_schema = schema.append(pa.field("reason", pa.string())) if "reason" not in schema.names else schema
+    if inp.schema is None:  # the file does not open: nothing to write, the damage is counted
+        return inp.stats([], {"in": 0, "out": 0, "kept": 0})
+    schema = output_schema(inp.schema, steps, labels, cfg.annotate_only)
     funnel = {label: {"docs_removed": 0, "chars_removed": 0, "chars_rewritten": 0} for label in labels}
     rejected_by: dict[str, int] = {}
     n_in = n_out = n_kept = chars_in = chars_kept = 0
-    outputs = [f"{task.name}.parquet"]
-    kept_writer = ShardWriter(out / outputs[0], schema)
-    rej_writer = None
-    if cfg.keep_rejected and not cfg.annotate_only:
-        outputs.append(f"rejected/{task.name}.parquet")
-        rej_writer = ShardWriter(out / outputs[1], rej_schema)
-    try:
-        for batch in read_source(source, log=log, skip_empty=True):
+    with ShardOutput(out, task.name, schema, rejected=[] if cfg.keep_rejected and not cfg.annotate_only else None) as shard:
+        for batch in inp.batches():
             kept_rows, rej_rows = [], []
             for row in batch.to_pylist():
                 original = row.get("text") or ""
@@ -194,25 +185,15 @@ def filter_shard(task: Task, out: Path, report, cfg: FilterConfig, steps: list[S
                 elif o.reason is None:
                     row["text"] = o.text
                     kept_rows.append(row)
-                elif rej_writer is not None:
+                elif shard.keeps_rejected:
                     row["reason"] = o.reason
                     rej_rows.append(row)
             n_out += len(kept_rows)
-            kept_writer.write(pa.Table.from_pylist(kept_rows, schema=schema))
-            if rej_writer is not None:
-                rej_writer.write(pa.Table.from_pylist(rej_rows, schema=rej_schema))
+            shard.write_rows(kept_rows, rej_rows)
             report(batch.num_rows)
-        kept_writer.close()
-        if rej_writer is not None:
-            rej_writer.close()
-    except BaseException:
-        kept_writer.abort()
-        if rej_writer is not None:
-            rej_writer.abort()
-        raise
-    return {
-        "outputs": outputs,
-        "counts": {
+    return inp.stats(
+        shard.outputs,
+        {
             "in": n_in,
             "out": n_out,  # rows written: the kept ones, or all of them with annotate_only
             "kept": n_kept,
@@ -220,10 +201,8 @@ def filter_shard(task: Task, out: Path, report, cfg: FilterConfig, steps: list[S
             "chars_kept": chars_kept,
             "rejected": rejected_by,
             "funnel": funnel,
-            **log.counts(),
         },
-        "errors": log.errors,
-    }
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,30 +223,28 @@ def _texts_reaching(before: list[Step], labels: list[str], sources: list[DocsSou
 
 def run_filter(inputs: list[str], out: str, cfg: FilterConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
     opts = opts or RunOptions()
-    with executor_scope(opts):  # one scope, opened before OUT is touched
+    with stage_run(opts, "llmctl-filter-in-") as run:
         steps = build_steps(cfg)
-        with tempfile.TemporaryDirectory(prefix="llmctl-filter-in-") as spool:
-            sources, refs = sharded_inputs(inputs, spool)
-            labels = step_labels(cfg.steps)
-            for k, step in enumerate(steps):
-                if step.needs_prepare:  # corpus-wide figures (a top-fraction threshold) before any shard
-                    step.prepare(_texts_reaching(steps[:k], labels[:k], sources))
-            key = refs[0]["sha256"] if inputs == [STDIO] else None  # a resumed run reuses parts of this stream only
-            tasks = [Task(i, part_name(i, ""), asdict(s), weight=row_count(s), key=key) for i, s in enumerate(sources)]
-            config = asdict(cfg)
-            config["step_labels"] = step_labels(cfg.steps)
-            return run_sharded(
-                stage=STAGE,
-                kind="docs",
-                out=out,
-                tasks=tasks,
-                fn=_ShardFn(cfg, steps),
-                config=config,
-                inputs=refs,
-                opts=opts,
-                progress=progress,
-                unit="docs",
-            )
+        sources, refs = run.read_inputs(inputs)
+        labels = step_labels(cfg.steps)
+        for k, step in enumerate(steps):
+            if step.needs_prepare:  # corpus-wide figures (a top-fraction threshold) before any shard
+                step.prepare(_texts_reaching(steps[:k], labels[:k], sources))
+        tasks = run.tasks(key=run.stream_key)  # a resumed run reuses parts of this stream only
+        config = asdict(cfg)
+        config["step_labels"] = step_labels(cfg.steps)
+        return run_sharded(
+            stage=STAGE,
+            kind="docs",
+            out=out,
+            tasks=tasks,
+            fn=_ShardFn(cfg, steps),
+            config=config,
+            inputs=refs,
+            opts=opts,
+            progress=progress,
+            unit="docs",
+        )
 
 
 def funnel_rows(manifest: Manifest) -> list[dict]:

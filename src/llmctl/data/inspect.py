@@ -13,7 +13,7 @@ from pathlib import Path
 
 from llmctl.artifacts.docs import STDIO, open_docs_inputs
 from llmctl.artifacts.manifest import has_manifest, read_manifest
-from llmctl.data.warc import WarcError, iter_records
+from llmctl.data.crawl.warc import WarcError, iter_records
 from llmctl.errors import UsageError
 
 WARC_SUFFIXES = (".warc", ".warc.gz", ".arc", ".arc.gz")

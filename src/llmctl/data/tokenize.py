@@ -14,7 +14,6 @@ can share.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -25,8 +24,8 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, row_count, source_schemas
-from llmctl.artifacts.docs_write import ShardWriter, sharded_inputs
+from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, source_schemas
+from llmctl.artifacts.docs_write import ShardWriter
 from llmctl.artifacts.atomic import atomic_path, prepare_new_out
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, error_place, file_sha256, input_ref, write_manifest
@@ -198,21 +197,20 @@ def _check_kept_columns(sources: list[DocsSource], columns: list[str]) -> None:
 
 def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOptions | None = None, progress: Progress | None = None) -> Manifest:
     # imported here, not at the top: `tokenize train` needs no process pool and starts faster
-    from llmctl.runtime.executor import Task, default_workers
-    from llmctl.runtime.options import RunOptions, executor_scope
+    from llmctl.runtime.executor import default_workers
+    from llmctl.runtime.options import RunOptions
     from llmctl.runtime.sharded import run_sharded
+    from llmctl.runtime.stage import stage_run
 
     cfg.check()
     opts = opts or RunOptions()
     if out == STDIO:
         raise UsageError("token shards are written to a directory, not to '-'")
-    # one executor scope, opened before OUT is touched; `-` is spooled for the workers
-    with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-tokenize-in-") as spool:
-        sources, refs = sharded_inputs(inputs, spool)
+    with stage_run(opts, "llmctl-tokenize-in-") as run:
+        sources, refs = run.read_inputs(inputs)
         if cfg.keep_columns:
             _check_kept_columns(sources, cfg.keep_columns)
-        key = refs[0]["sha256"] if inputs == [STDIO] else None  # a resumed run reuses shards of this stream only
-        tasks = [Task(i, f"tokens-{i:05d}", asdict(s), weight=row_count(s), key=key) for i, s in enumerate(sources)]
+        tasks = run.tasks(name=lambda i: f"tokens-{i:05d}", key=run.stream_key)  # a resumed run reuses shards of this stream only
         workers = opts.workers or default_workers()
         # fewer shards than workers still use every core: tiktoken's threads work inside a shard
         threads = max(1, workers // max(1, min(workers, len(tasks))))

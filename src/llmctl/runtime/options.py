@@ -63,9 +63,10 @@ class RunOptions:
 
 @contextmanager
 def executor_scope(opts: RunOptions) -> Iterator[None]:
-    """Run the block's run_tasks calls on `opts.executor`. A stage's `run_*` opens one scope
-    around all its phases (one Ray connection for dedup's four); "local" keeps whatever scope is
-    already active, and a nested Ray scope reuses the open connection."""
+    """Run the block's run_tasks calls on `opts.executor`. A stage's `run_*` opens the one scope
+    of the run around all its phases (one Ray connection for dedup's four), before OUT is touched;
+    what it calls (runtime/sharded.py) runs inside it and opens none. "local" keeps whatever scope
+    is already active."""
     if opts.executor == "local":
         yield
         return

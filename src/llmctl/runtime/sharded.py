@@ -14,7 +14,8 @@ artifact directory; this module does the rest:
   whichever job finds every shard finished; jobs of one array may start into OUT at once, so a
   job only clears the temporary files of its own shards;
 - `--executor ray`: the same tasks run as Ray tasks (runtime/ray_executor.py); the driver still
-  plans, and commits the manifest;
+  plans, and commits the manifest. The stage's `run_*` opens the run's one `executor_scope`
+  before OUT is touched, and this driver runs inside it: it opens no scope of its own;
 - `-o -`: shards are built in a temporary directory and streamed to stdout in order;
 - a lazy task list (crawl-extract cutting stdin into windows): tasks are pulled as the pool has
   room, and the manifest's inputs may be a callable, asked once the input has been read;
@@ -26,12 +27,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, error_place, input_identity, output_entry, write_manifest
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, TaskResult, current_backend, run_tasks
-from llmctl.runtime.options import RunOptions, executor_scope
+from llmctl.runtime.options import RunOptions
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.split import select_shard
 
@@ -202,7 +201,9 @@ def run_sharded(
     """Run a sharded stage into `out` (a directory, or `-` for an Arrow stream on stdout).
 
     `tasks` that is not a list is a lazy source (see run_tasks): it is read once, as the pool has
-    room, and cannot be sliced among jobs."""
+    room, and cannot be sliced among jobs. Called inside the stage's `executor_scope(opts)`."""
+    if opts.executor != "local" and current_backend() is None:  # a caller without its scope would quietly run here
+        raise RuntimeError(f"run_sharded with executor {opts.executor!r} must run inside executor_scope(opts)")
     progress = progress or Progress()
     streaming = out == STDIO
     sliced = opts.num_shards > 1 and not streaming
@@ -242,10 +243,9 @@ def _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, st
             if sink:
                 sink.emit(r)
 
-        with executor_scope(opts) if todo else nullcontext():
-            results = run_tasks(_ShardJob(fn, work), todo, workers=opts.workers, progress=progress, on_result=on_result)
-            if results and current_backend() is not None:  # Ray retried any task whose worker died: clear
-                remove_task_temps(work, {r.name for r in results})  # what the dead attempt left (none of ours runs now)
+        results = run_tasks(_ShardJob(fn, work), todo, workers=opts.workers, progress=progress, on_result=on_result)
+        if results and current_backend() is not None:  # Ray retried any task whose worker died: clear
+            remove_task_temps(work, {r.name for r in results})  # what the dead attempt left (none of ours runs now)
         progress.finish()
         if sink:
             sink.close()

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,17 +36,18 @@ import numpy as np
 import pyarrow as pa
 
 from llmctl.artifacts.atomic import write_text
-from llmctl.artifacts.docs import STDIO, DocsSource, ReadLog, part_name, read_source, row_count, source_schema
-from llmctl.artifacts.docs_write import ShardWriter, sharded_inputs
+from llmctl.artifacts.docs import STDIO, DocsSource
+from llmctl.artifacts.docs_shard import ShardInput, ShardOutput, with_fields
 from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, output_entry, write_manifest
 from llmctl.data.decontam.against import EvalTask, resolve_task_files
 from llmctl.data.decontam.index import EvalIndex, build_index, match_docs
 from llmctl.data.decontam.report import build_report, task_summary
 from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
-from llmctl.runtime.options import RunOptions, executor_scope
+from llmctl.runtime.options import RunOptions
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.sharded import run_sharded
+from llmctl.runtime.stage import StageRun, stage_run
 
 STAGE = "decontam"
 REPORT_KIND = "decontam-report"
@@ -95,15 +96,6 @@ def _with_column(batch: pa.RecordBatch, name: str, values: pa.Array) -> pa.Recor
     return pa.RecordBatch.from_arrays(list(batch.columns) + [values], names=names + [name])
 
 
-def _add_fields(schema: pa.Schema, fields: list[tuple[str, pa.DataType]]) -> pa.Schema:
-    for name, typ in fields:
-        if name in schema.names:
-            schema = schema.set(schema.get_field_index(name), pa.field(name, typ))
-        else:
-            schema = schema.append(pa.field(name, typ))
-    return schema
-
-
 TASKS_TYPE = pa.list_(pa.string())
 
 
@@ -118,32 +110,21 @@ class _ShardFn:
 
 
 def decontam_shard(task: Task, out: Path, report, cfg: DecontamConfig, index: EvalIndex, names: list[str]) -> dict:
-    source = DocsSource(**task.payload)
+    inp = ShardInput(DocsSource(**task.payload))
     writing = not cfg.report_only
     flag = cfg.mode == "flag"
-    outputs: list[str] = []
-    writer = rej = None
-    log = ReadLog()  # damaged spots and text-less rows the reader leaves out: this shard's to report
-    schema = source_schema(source, log)
-    if schema is None:  # the file does not open: nothing to write, the damage is counted
-        counts = {"in": 0, **({"out": 0} if writing else {}), "contaminated": 0, **log.counts()}
-        return {"outputs": [], "counts": counts, "errors": log.errors}
-    if writing:
-        if flag:
-            schema = _add_fields(schema, [("contaminated", pa.bool_()), ("contaminated_tasks", TASKS_TYPE)])
-        outputs.append(f"{task.name}.parquet")
-        writer = ShardWriter(out / outputs[0], schema)
-        if cfg.keep_rejected and not flag:
-            rej_schema = _add_fields(schema, [("reason", pa.string()), ("contaminated_tasks", TASKS_TYPE)])
-            outputs.append(f"rejected/{task.name}.parquet")
-            rej = ShardWriter(out / outputs[1], rej_schema)
+    if inp.schema is None:  # the file does not open: nothing to write, the damage is counted
+        return inp.stats([], {"in": 0, **({"out": 0} if writing else {}), "contaminated": 0})
+    schema = with_fields(inp.schema, [("contaminated", pa.bool_()), ("contaminated_tasks", TASKS_TYPE)]) if flag else inp.schema
+    rejected_fields = [("contaminated_tasks", TASKS_TYPE)] if cfg.keep_rejected and not flag else None
     n_in = n_out = n_hit = chars_in = chars_hit = 0
     by_task: dict[str, dict] = {}
     rejected: dict[str, int] = {}
     item_docs: dict[str, int] = {}
     gram_docs: dict[str, int] = {}
-    try:
-        for batch in read_source(source, columns=None if writing else [], log=log, skip_empty=True):
+    # report_only writes no docs: no shard, and only the text column is read
+    with ShardOutput(out, task.name, schema, rejected_fields) if writing else nullcontext() as shard:
+        for batch in inp.batches(columns=None if writing else []):
             texts = batch.column("text").to_pylist()
             gram_doc, gram_key, item_doc, item = match_docs(index, texts)
             # per doc: the tasks it is contaminated by, in --against order
@@ -165,6 +146,7 @@ def decontam_shard(task: Task, out: Path, report, cfg: DecontamConfig, index: Ev
             contaminated = np.zeros(batch.num_rows, bool)
             contaminated[list(doc_tasks)] = True
             if writing:
+                gone_rows = None  # the removed rows, for rejected/
                 if flag:
                     lists = pa.array([doc_tasks.get(i, []) for i in range(batch.num_rows)], TASKS_TYPE)
                     kept = _with_column(_with_column(batch, "contaminated", pa.array(contaminated)), "contaminated_tasks", lists)
@@ -173,37 +155,27 @@ def decontam_shard(task: Task, out: Path, report, cfg: DecontamConfig, index: Ev
                     if len(doc_tasks):
                         for ts in doc_tasks.values():
                             rejected[f"decontam.{ts[0]}"] = rejected.get(f"decontam.{ts[0]}", 0) + 1
-                        if rej is not None:
+                        if shard.keeps_rejected:
                             gone = sorted(doc_tasks)
-                            rows = batch.take(pa.array(gone, pa.int64()))
-                            rows = _with_column(rows, "reason", pa.array([f"decontam.{doc_tasks[d][0]}" for d in gone], pa.string()))
-                            rows = _with_column(rows, "contaminated_tasks", pa.array([doc_tasks[d] for d in gone], TASKS_TYPE))
-                            rej.write(rows)
-                writer.write(kept)
+                            gone_rows = batch.take(pa.array(gone, pa.int64()))
+                            gone_rows = _with_column(gone_rows, "reason", pa.array([f"decontam.{doc_tasks[d][0]}" for d in gone], pa.string()))
+                            gone_rows = _with_column(gone_rows, "contaminated_tasks", pa.array([doc_tasks[d] for d in gone], TASKS_TYPE))
+                shard.write(kept, gone_rows)
                 n_out += kept.num_rows
             report(batch.num_rows)
-        if writer is not None:
-            writer.close()
-        if rej is not None:
-            rej.close()
-    except BaseException:
-        for w in (writer, rej):
-            if w is not None:
-                w.abort()
-        raise
-    counts = {"in": n_in, **({"out": n_out} if writing else {}), "contaminated": n_hit, "chars_in": chars_in, "chars_contaminated": chars_hit, "tasks": by_task, "_items": item_docs, "_ngrams": gram_docs, **log.counts()}
+    counts = {"in": n_in, **({"out": n_out} if writing else {}), "contaminated": n_hit, "chars_in": chars_in, "chars_contaminated": chars_hit, "tasks": by_task, "_items": item_docs, "_ngrams": gram_docs}
     if writing and not flag:
         counts["rejected"] = rejected
-    return {"outputs": outputs, "counts": counts, "errors": log.errors}
+    return inp.stats(shard.outputs if writing else [], counts)
 
 
 # ---------------------------------------------------------------------------------------------
 # The stage
 
 
-def _docs_sources(inputs: list[str], spool: str) -> tuple[list[DocsSource], list[dict]]:
+def _docs_sources(run: StageRun, inputs: list[str]) -> tuple[list[DocsSource], list[dict]]:
     try:
-        return sharded_inputs(inputs, spool)
+        return run.read_inputs(inputs, spool="stdin")
     except UsageError as e:
         if "no 'text' column" in str(e):
             raise UsageError(f"{e}; if this is a task file, give each one with --against (or quote a glob: --against 'dir/*.jsonl')") from e
@@ -230,18 +202,18 @@ def run_decontam(
     progress = progress or Progress()
     if out is None and not cfg.report_only:
         raise UsageError("give the output with -o OUT (or use --report-only)")
-    with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-decontam-") as tmp:
+    with stage_run(opts, "llmctl-decontam-") as run:
         named = resolve_task_files(task_files)
         tasks = [EvalTask.load(name, path) for name, path in named]
-        sources, refs = _docs_sources(inputs, str(Path(tmp) / "stdin"))
+        _, refs = _docs_sources(run, inputs)
         index = build_index(tasks, cfg.ngram, cfg.min_overlap)
-        index_path = Path(tmp) / "index.npz"
+        index_path = run.tmp / "index.npz"
         index.save(index_path)
         config = asdict(cfg)
         config["tasks"] = {t.name: {"file": str(Path(t.path).resolve()), "sha256": file_sha256(t.path)} for t in tasks}
-        tasks_list = [Task(i, part_name(i, ""), asdict(s), weight=row_count(s)) for i, s in enumerate(sources)]
+        tasks_list = run.tasks()
         report_only_dir = cfg.report_only and (out is None or out == STDIO)
-        target = str(Path(tmp) / "report") if report_only_dir else out
+        target = str(run.tmp / "report") if report_only_dir else out
         refs = refs + [{**input_ref(t.path), "task": t.name} for t in tasks]
         manifest = run_sharded(
             stage=STAGE,

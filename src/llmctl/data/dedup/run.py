@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import tempfile
 import time
 import dataclasses
 from dataclasses import asdict, dataclass
@@ -33,11 +32,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, part_name, read_source, row_count, source_schema
-from llmctl.artifacts.docs_write import ShardWriter, sharded_inputs
+from llmctl.artifacts.docs import DocsSource, STDIO, read_source, row_count
+from llmctl.artifacts.docs_shard import ShardInput, ShardOutput
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.lock import output_lock
-from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest, write_manifest
+from llmctl.artifacts.manifest import Manifest, read_manifest, write_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
 from llmctl.data.dedup.normalize import normalize_url, normalized_codes
@@ -45,8 +44,9 @@ from llmctl.hashing import h64
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, run_tasks
 from llmctl.runtime.progress import Progress
-from llmctl.runtime.options import RunOptions, executor_scope
+from llmctl.runtime.options import RunOptions
 from llmctl.runtime.sharded import prepare_out, run_identity, run_sharded
+from llmctl.runtime.stage import stage_run
 
 STAGE = "dedup"
 METHODS = ("url", "exact", "minhash")  # attribution order: the cheapest explanation wins
@@ -109,7 +109,7 @@ def _save_npy(path: Path, array: np.ndarray) -> None:
 CHUNK_CHARS = 1 << 17  # texts hashed together: enough to amortize numpy's calls, few enough for cache (measured)
 
 
-def _chunks(texts: list[str]) -> list[tuple[int, int]]:
+def text_chunks(texts: list[str]) -> list[tuple[int, int]]:
     """[lo, hi) ranges of texts with about CHUNK_CHARS characters each (at least one text)."""
     ends = np.cumsum([len(t) for t in texts])
     bounds, lo = [], 0
@@ -124,7 +124,7 @@ def _text_keys(texts: list[str], cfg: DedupConfig, shingler: Shingler, hasher: M
     """The keys of one batch that come from its normalized words, chunk by chunk in numpy, as cfg
     asks: "exact" (the whole text), "bands" (MinHash band keys), "empty" (no words at all)."""
     parts: dict[str, list] = {"exact": [], "sigs": [], "empty": []}
-    for lo, hi in _chunks(texts):
+    for lo, hi in text_chunks(texts):
         words = Words.of(*normalized_codes(texts[lo:hi]))
         if cfg.exact:
             parts["exact"].append(words.text_keys())
@@ -323,30 +323,24 @@ class _Filter:
 
 
 def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
-    source, work = DocsSource(**task.payload["source"]), Path(task.payload["work"])
+    work = Path(task.payload["work"])
     with np.load(work / "clusters" / f"{task.index:05d}.npz") as z:  # this file's documents only
         size, removed_by, survivor_ids = z["size"], z["removed_by"], z["survivor_ids"]
     with np.load(work / "clusters.npz") as z:
         frequent = z["frequent"]
-    log = ReadLog()  # what the reader leaves out of this file, as the sign phase did
-    schema = source_schema(source, log)
-    if schema is None:  # the file does not open: nothing to write, the damage is counted
-        return {"outputs": [], "counts": {"in": 0, "out": 0, **log.counts()}, "errors": log.errors}
+    inp = ShardInput(DocsSource(**task.payload["source"]))  # it leaves out what the sign phase left out
+    if inp.schema is None:  # the file does not open: nothing to write, the damage is counted
+        return inp.stats([], {"in": 0, "out": 0})
+    schema = inp.schema
     for name, typ in (("dup_cluster_id", pa.string()), ("dup_cluster_size", pa.int64())):
         if name not in schema.names:
             schema = schema.append(pa.field(name, typ))
-    rej_schema = schema.append(pa.field("reason", pa.string())).append(pa.field("dup_of", pa.string()))
-    outputs = [f"{task.name}.parquet"]
     removed = {m: {"docs": 0, "chars": 0} for m in METHODS}
     lines_removed = line_chars = 0
     n_in = n_out = 0
-    rej = None
-    if cfg.keep_rejected:
-        outputs.append(f"rejected/{task.name}.parquet")
-        rej = ShardWriter(out / outputs[1], rej_schema)
-    with ShardWriter(out / outputs[0], schema) as w:
+    with ShardOutput(out, task.name, schema, rejected=[("dup_of", pa.string())] if cfg.keep_rejected else None) as shard:
         i = 0
-        for batch in read_source(source, log=log, skip_empty=True):
+        for batch in inp.batches():
             kept, dropped = [], []
             for row in batch.to_pylist():
                 text = row.get("text") or ""
@@ -371,17 +365,9 @@ def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
                 i += 1
             n_in += batch.num_rows
             n_out += len(kept)
-            w.write(pa.Table.from_pylist(kept, schema=schema))
-            if rej is not None:
-                rej.write(pa.Table.from_pylist(dropped, schema=rej_schema))
+            shard.write_rows(kept, dropped)
             report(batch.num_rows)
-    if rej is not None:
-        rej.close()
-    return {
-        "outputs": outputs,
-        "counts": {"in": n_in, "out": n_out, "removed": removed, "lines": {"removed": lines_removed, "chars": line_chars}, **log.counts()},
-        "errors": log.errors,
-    }
+    return inp.stats(shard.outputs, {"in": n_in, "out": n_out, "removed": removed, "lines": {"removed": lines_removed, "chars": line_chars}})
 
 
 def _is_frequent(h: int, frequent: np.ndarray) -> bool:
@@ -408,14 +394,14 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
     streaming = out == STDIO
     # one executor scope for all four phases: one Ray connection, and a library caller's
     # --executor reaches the sign and pairs phases too
-    with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-dedup-") as tmp:
-        sources, refs = sharded_inputs(inputs, tmp)
+    with stage_run(opts, "llmctl-dedup-") as run:
+        sources, refs = run.read_inputs(inputs)
         # rows before reading (the sign phase's weights, and disjoint document numbers for its
         # keys); the rows each file gives once damaged and text-less ones are left out are known
         # after it, and number the documents from then on
         estimates = [row_count(s) for s in sources]
         firsts = _firsts(estimates)
-        work = Path(tmp) / "_work" if streaming else Path(out) / "_work"
+        work = run.tmp / "_work" if streaming else Path(out) / "_work"
         if not streaming:
             prepare_out(Path(out), STAGE, run_identity(STAGE, config, refs), opts.overwrite)
             if (Path(out) / "manifest.json").exists():  # finished before, same config: nothing to do
@@ -423,7 +409,7 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
         for sub in ("sign", "pairs"):
             (work / sub).mkdir(parents=True, exist_ok=True)
 
-        sign_tasks = [Task(i, f"sign-{i:05d}", {"source": asdict(s), "first": firsts[i]}, weight=estimates[i]) for i, s in enumerate(sources)]
+        sign_tasks = run.tasks(name=lambda i: f"sign-{i:05d}", payload=lambda i, s: {"source": asdict(s), "first": firsts[i]}, weights=estimates)
         progress.start(sum(estimates), "docs", "dedup: sign")
         _phase(run_tasks(_Sign(cfg, work), sign_tasks, workers=opts.workers, progress=progress), "sign")
         progress.finish()
@@ -444,7 +430,7 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
 
         build_clusters(cfg, work, counts, pair_tasks)
 
-        filter_tasks = [Task(i, part_name(i, ""), {"source": asdict(s), "first": firsts[i], "work": str(work)}, weight=counts[i]) for i, s in enumerate(sources)]
+        filter_tasks = run.tasks(payload=lambda i, s: {"source": asdict(s), "first": firsts[i], "work": str(work)}, weights=counts)
         manifest = run_sharded(
             stage=STAGE,
             kind="docs",

@@ -6,7 +6,7 @@ the text, like C4's line cleaning, starts a new version).
 
 Words come from `tokenize`, which is spaCy's tokenizer algorithm (the one datatrove's Gopher and
 FineWeb filters run, through spacy.blank("en")) in plain Python over spaCy's own English rules,
-exported to `spacy_en` by benchmarks/spacy_rules.py: split on whitespace; peel prefixes and
+exported to `spacy_en` by examples/make_spacy_rules.py: split on whitespace; peel prefixes and
 suffixes off each chunk until a special case (U.S., e.g., :), don't, °C.) or nothing is left;
 keep URLs whole; split the rest on infixes; then merge token runs that spell a special case the
 affix rules split ("8):" -> "8", "):"; a run across one space merges nothing but, as in

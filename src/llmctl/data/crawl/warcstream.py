@@ -4,7 +4,7 @@ A pipe can be read only once, by one process, so the main process reads it and t
 parse and extract (`aws s3 cp s3://…warc.gz - | llmctl crawl-extract - -o OUT`). The stream is
 cut where a file holding the same bytes is cut into byte ranges: range starts come from
 runtime/split.py `stream_range_starts`, and each window begins at the first record boundary at or
-after its range start, found by the same search (warc.py `_find_member` / `_find_plain`) a file
+after its range start, found by the same search (warc.py `find_member` / `find_plain`) a file
 task uses to find its own first record. So window k holds exactly the records task k would read
 from the file, and a stream up to 64 MiB gives the output of the on-disk run (beyond that, file
 ranges grow with the file's size, which a stream does not know; the cut still depends on the
@@ -28,11 +28,11 @@ from collections.abc import Iterator
 
 from llmctl.artifacts.docs import STDIO, part_name
 from llmctl.artifacts.stdin import StdinReader
-from llmctl.data.warc import READ_BLOCK, SNIFF_BYTES, _find_member, _find_plain, sniff_head, splittable
+from llmctl.data.crawl.warc import READ_BLOCK, SNIFF_BYTES, find_member, find_plain, sniff_head, splittable
 from llmctl.runtime.executor import Task
 from llmctl.runtime.split import stream_range_starts
 
-LOOKBEHIND = 2  # bytes before a range start that _find_plain reads (is the line before it ended?)
+LOOKBEHIND = 2  # bytes before a range start that find_plain reads (is the line before it ended?)
 
 
 class _Forward:
@@ -117,7 +117,7 @@ class WarcStream:
         if not splittable(self.fmt):
             yield self._spooled(f)
             return
-        find = _find_member if self.fmt == "warc.gz" else _find_plain
+        find = find_member if self.fmt == "warc.gz" else find_plain
         starts = iter(self.starts if self.starts is not None else stream_range_starts())
         next(starts)  # 0: window 0 starts at the stream's first byte, as a file's task 0 does
         index, begin = 0, 0  # the window being cut: its task index and first byte

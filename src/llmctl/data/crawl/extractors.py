@@ -9,7 +9,7 @@
   DOM-walking main-content heuristic: an order of magnitude less CPU per page than trafilatura
   (benchmarks/RESULTS.md, ## crawl-extract), with less boilerplate removed.
 
-Both take the same `str` (data/decode.py decided the charset), so the choice changes only the text.
+Both take the same `str` (data/crawl/decode.py decided the charset), so the choice changes only the text.
 """
 
 from __future__ import annotations

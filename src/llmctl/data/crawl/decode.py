@@ -20,7 +20,7 @@ import re
 
 from charset_normalizer import from_bytes
 
-from llmctl.data import whatwg
+from llmctl.data.crawl import whatwg
 
 META_SCAN_BYTES = 4096
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_\-:.]+)""", re.I)

@@ -112,7 +112,7 @@ def iter_records(path: str, start: int = 0, end: int | None = None) -> Iterator[
 
 
 def iter_window(data: bytes, base: int, fmt: str) -> Iterator[WarcRecord | WarcError]:
-    """Every record in `data`, a window a stream reader cut out at `base` (data/warcstream.py):
+    """Every record in `data`, a window a stream reader cut out at `base` (data/crawl/warcstream.py):
     it starts on a record boundary and ends where the next window's first record starts. Offsets
     are the stream's, and damage inside is handled as in a file."""
     if data:  # an empty window (a range no record starts in) holds nothing, not a truncated member
@@ -124,9 +124,9 @@ def _read(f, fmt: str, start: int, end: int | None) -> Iterator[WarcRecord | War
     boundary; anywhere else, reading begins at the first boundary found after it."""
     first = start == _origin(f)
     if fmt == "warc.gz":
-        yield from _iter_gzip(f, start if first else _find_member(f, start), end)
+        yield from _iter_gzip(f, start if first else find_member(f, start), end)
     else:
-        yield from _iter_plain(f, start if first else _find_plain(f, start), end, resync=splittable(fmt))
+        yield from _iter_plain(f, start if first else find_plain(f, start), end, resync=splittable(fmt))
 
 
 class _Window(io.BytesIO):
@@ -155,7 +155,7 @@ def _origin(f) -> int:
 # gzip-per-record files
 
 
-def _find_member(f, pos: int, limit: int = RESYNC_LIMIT) -> int | None:
+def find_member(f, pos: int, limit: int = RESYNC_LIMIT) -> int | None:
     """Offset of the first gzip member at or after `pos` whose content starts with a WARC header."""
     f.seek(pos)
     base, buf = pos, b""
@@ -221,10 +221,10 @@ def _iter_gzip(f, pos: int | None, end: int | None) -> Iterator[WarcRecord | War
             content, nxt, rest = _read_member(f, pos, rest)
         except (zlib.error, EOFError) as e:
             yield WarcError(pos, f"damaged gzip member: {e}")
-            pos, rest = _find_member(f, pos + 1), b""
+            pos, rest = find_member(f, pos + 1), b""
             continue
         if content:
-            yield from _records_in(content, pos)
+            yield from records_in(content, pos)
         pos = nxt if nxt < size else None
 
 
@@ -235,7 +235,7 @@ def _size(f) -> int:
     return size
 
 
-def _records_in(content: bytes, offset: int) -> Iterator[WarcRecord | WarcError]:
+def records_in(content: bytes, offset: int) -> Iterator[WarcRecord | WarcError]:
     """Every record in one member's content (normally one; a few writers put several)."""
     it = _QuietArchiveIterator(io.BytesIO(content), arc2warc=True, check_digests=False)
     try:
@@ -249,7 +249,7 @@ def _records_in(content: bytes, offset: int) -> Iterator[WarcRecord | WarcError]
 # plain (uncompressed) WARC and ARC files
 
 
-def _find_plain(f, pos: int, limit: int = RESYNC_LIMIT) -> int | None:
+def find_plain(f, pos: int, limit: int = RESYNC_LIMIT) -> int | None:
     """Offset of the next line starting 'WARC/1.' at or after `pos`."""
     back = min(2, pos - _origin(f))  # what precedes the file's first byte counts as a line end
     f.seek(pos - back)
@@ -295,7 +295,7 @@ def _iter_plain(f, pos: int | None, end: int | None, resync: bool) -> Iterator[W
         except (ArchiveLoadFailed, ValueError, EOFError, zlib.error) as e:
             err_at = getattr(it, "offset", last)
             yield WarcError(max(last, min(err_at, _size(f))), f"unparsable record: {_first_line(e)}")
-            pos = _find_plain(f, max(last, err_at) + 1) if resync else None
+            pos = find_plain(f, max(last, err_at) + 1) if resync else None
 
 
 def _first_line(e: Exception) -> str:

@@ -8,7 +8,7 @@ needs only the address):
 
 Each skipped record is counted under its reason. Extraction is trafilatura's, by default with
 the FineWeb settings (favour precision, no comments, dedupe on; spec §A1, L1215; `fast` is
-trafilatura's fast mode), or resiliparse's as DCLM ran it (data/extractors.py): everything before
+trafilatura's fast mode), or resiliparse's as DCLM ran it (data/crawl/extractors.py): everything before
 and after the extractor is the same for both. Language ID is fastText lid.176 with the keep rule
 of spec §A2.
 
@@ -16,7 +16,7 @@ Work is split into byte ranges of the input files (runtime/split.py), so one 1 G
 every core busy; the ranges depend only on the inputs, so the output is the same whatever
 `--workers`. trafilatura's dedup cache is made fresh for each range for the same reason. A WARC
 on stdin (`-`) is read by this process and cut into windows where a file's ranges would be cut
-(data/warcstream.py); its rows' `warc_path` is `-`.
+(data/crawl/warcstream.py); its rows' `warc_path` is `-`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import glob
 import re
 import signal
-import tempfile
 import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -35,20 +34,22 @@ import pyarrow as pa
 from warcio.statusandheaders import StatusAndHeadersParser, StatusAndHeadersParserException
 
 from llmctl.artifacts.docs import STDIO, part_name
-from llmctl.artifacts.docs_write import ShardWriter
+from llmctl.artifacts.docs_shard import ShardOutput
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.artifacts.stdin import StdinReader
-from llmctl.data import extractors, langid
-from llmctl.data.decode import UndecodableError, decode_html
+from llmctl.data import langid
+from llmctl.data.crawl import extractors
+from llmctl.data.crawl.decode import UndecodableError, decode_html
 from llmctl.data.urlfilter import UrlFilter
-from llmctl.data.warc import WarcError, file_size, iter_records, iter_window, sniff, splittable
-from llmctl.data.warcstream import WarcStream
+from llmctl.data.crawl.warc import WarcError, file_size, iter_records, iter_window, sniff, splittable
+from llmctl.data.crawl.warcstream import WarcStream
 from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.split import auto_chunk, byte_ranges
-from llmctl.runtime.options import RunOptions, executor_scope
+from llmctl.runtime.options import RunOptions
 from llmctl.runtime.sharded import run_sharded
+from llmctl.runtime.stage import stage_run
 
 STAGE = "crawl-extract"
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -67,12 +68,11 @@ SCHEMA = pa.schema(
         ("warc_offset", pa.int64()),
     ]
 )
-REJECTED_SCHEMA = SCHEMA.append(pa.field("reason", pa.string()))
 
 
 @dataclass
 class ExtractConfig:
-    extractor: str = "trafilatura"  # or "resiliparse" (data/extractors.py)
+    extractor: str = "trafilatura"  # or "resiliparse" (data/crawl/extractors.py)
     fast: bool = False  # trafilatura fast mode (no fallback extractors)
     favor_precision: bool = True  # trafilatura; FineWeb setting
     include_comments: bool = False  # both extractors: keep comment sections
@@ -153,7 +153,7 @@ def plan_tasks(paths: list[str]) -> list[Task]:
 # One record
 
 
-class _Timeout(Exception):
+class RecordTimeout(Exception):
     pass
 
 
@@ -166,7 +166,7 @@ def time_limit(seconds: float):
         return
 
     def fire(signum, frame):
-        raise _Timeout()
+        raise RecordTimeout()
 
     previous = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -259,7 +259,7 @@ class Extractor:
             # it returns, so a page over the limit is still skipped as timeout, just later
             with time_limit(cfg.timeout):
                 text = self._extract(html)
-        except _Timeout:
+        except RecordTimeout:
             return None, "timeout"
         if not text or not text.strip():
             return None, "empty"
@@ -316,15 +316,10 @@ def extract_shard(task: Task, out: Path, report, cfg: ExtractConfig) -> dict:
     kept = [r for r in rows if not keep or (r["lang"] in keep and r["lang_score"] >= cfg.lang_threshold)]
     rejected = [dict(r, reason="lang") for r in rows if keep and not (r["lang"] in keep and r["lang_score"] >= cfg.lang_threshold)]
 
-    outputs = [f"{task.name}.parquet"]
-    with ShardWriter(out / outputs[0], SCHEMA) as w:
-        w.write(pa.Table.from_pylist(kept, schema=SCHEMA))
-    if cfg.keep_rejected:
-        outputs.append(f"rejected/{task.name}.parquet")
-        with ShardWriter(out / outputs[1], REJECTED_SCHEMA) as w:
-            w.write(pa.Table.from_pylist(rejected, schema=REJECTED_SCHEMA))
+    with ShardOutput(out, task.name, SCHEMA, rejected=[] if cfg.keep_rejected else None) as shard:
+        shard.write_rows(kept, rejected)
     return {
-        "outputs": outputs,
+        "outputs": shard.outputs,
         "counts": {
             "records": records,
             "in": len(rows) + sum(skipped.values()) - skipped["not_response"],
@@ -359,9 +354,9 @@ def run_crawl_extract(
     opts = opts or RunOptions()
     if inputs == [STDIO] and opts.executor != "local":
         raise UsageError("--executor ray runs on files (or s3:// URLs) its workers can open; a stream on stdin is read here, give paths")
-    with executor_scope(opts), tempfile.TemporaryDirectory(prefix="llmctl-crawl-extract-") as spool:  # one scope, opened before OUT is touched
+    with stage_run(opts, "llmctl-crawl-extract-") as run:
         if inputs == [STDIO]:
-            stream = WarcStream(StdinReader(stdin, "a WARC file"), spool)
+            stream = WarcStream(StdinReader(stdin, "a WARC file"), str(run.tmp))
             tasks, refs = stream, lambda: [stream.input_ref()]  # cut as it is read, named once read
         else:
             # absolute paths, so warc_path leads back to the record from wherever the docs are read
