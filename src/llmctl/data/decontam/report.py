@@ -10,15 +10,11 @@ documents), so a resumed run or an Arrow-stream output still produces the whole 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from llmctl.data.decontam.against import EvalTask
+from llmctl.data.decontam.config import DecontamConfig
 from llmctl.data.decontam.index import EvalIndex
-
-if TYPE_CHECKING:
-    from llmctl.data.decontam.run import DecontamConfig
 
 
 def build_report(cfg: DecontamConfig, tasks: list[EvalTask], index: EvalIndex, counts: dict) -> dict:

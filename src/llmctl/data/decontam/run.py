@@ -40,6 +40,7 @@ from llmctl.artifacts.docs import STDIO, DocsSource
 from llmctl.artifacts.docs_shard import ShardInput, ShardOutput, with_fields
 from llmctl.artifacts.manifest import Manifest, file_sha256, input_ref, output_entry, write_manifest
 from llmctl.data.decontam.against import EvalTask, resolve_task_files
+from llmctl.data.decontam.config import MODES, DecontamConfig
 from llmctl.data.decontam.index import EvalIndex, build_index, match_docs
 from llmctl.data.decontam.report import build_report, task_summary
 from llmctl.errors import UsageError
@@ -52,29 +53,6 @@ from llmctl.runtime.stage import StageRun, stage_run
 STAGE = "decontam"
 REPORT_KIND = "decontam-report"
 REPORT_FILE = "decontam.json"
-MODES = ("remove", "flag")
-
-
-@dataclass
-class DecontamConfig:
-    ngram: int = 13  # GPT-3: 13; Llama 3: 8
-    mode: str = "remove"  # remove | flag
-    report_only: bool = False  # write no docs, only the report
-    min_overlap: int = 1  # distinct n-grams of one item a doc must hold (capped at the item's count)
-    keep_rejected: bool = False  # remove mode: write removed docs to rejected/ with a reason
-    threshold: float = 0.02  # Tülu 3: a task whose contaminated share exceeds this is marked over_threshold
-
-    def check(self) -> None:
-        if self.ngram < 1:
-            raise UsageError("--ngram must be >= 1")
-        if self.min_overlap < 1:
-            raise UsageError("--min-overlap must be >= 1")
-        if self.mode not in MODES:
-            raise UsageError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
-        if not 0 <= self.threshold <= 1:
-            raise UsageError("threshold must be a share between 0 and 1")
-
-
 # ---------------------------------------------------------------------------------------------
 # One shard
 
