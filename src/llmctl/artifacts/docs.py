@@ -19,6 +19,7 @@ import re
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from llmctl.artifacts.atomic import STDIO
+from llmctl.artifacts.files import LINK_TO_FOLDER, arrow_map, arrow_source, problem, shown
 from llmctl.artifacts.hf_saved import METADATA_FILES, saved_dataset_files
 from llmctl.artifacts.manifest import MANIFEST, input_ref, read_manifest
 from llmctl.artifacts.stdin import StdinReader
@@ -40,6 +42,12 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjso
 STREAM_FORMAT = "arrow"  # what a docs stream on stdin is: Arrow IPC, as `-o -` writes it
 COMPRESSION = "zstd"
 BATCH_ROWS = 8192
+# The longest JSONL line read as a row, in bytes without its newline: a longer one is damage,
+# counted with its line number and skipped without being held in memory, and reading goes on at
+# the next line (a line of 2 GiB costs what 16 MiB does). Long web documents fit many times over
+# (FineWeb's longest are a few MB of text); a reader that buffered any line would let one line
+# take the machine's memory. Read at each file's opening, so a test or a library caller can set it.
+MAX_LINE_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -47,9 +55,10 @@ class DocsSource:
     """One readable file of documents. `label` names it in derived ids (path relative to the
     argument the user gave, so ids do not depend on the working directory)."""
 
-    path: str
+    path: str  # as the OS takes it: a name that is not UTF-8 holds surrogates (files.shown)
     fmt: str  # "parquet" | "arrow" | "jsonl"
     label: str
+    problem: str | None = None  # why it is not read (a FIFO, a link loop ...): its reader logs only this
 
 
 def part_name(index: int, suffix: str = ".parquet") -> str:
@@ -76,30 +85,32 @@ def resolve_docs_inputs(args: Iterable[str]) -> list[DocsSource]:
 
     A docs artifact directory contributes its parts in manifest order; a save_to_disk folder its
     Arrow files in its own order; any other directory its Parquet/Arrow/JSONL files sorted by
-    path. `-` is not handled here: see `open_docs_inputs`.
+    path. `-` is not handled here: see `open_docs_inputs`. What a folder or a glob holds that is
+    not a regular file (artifacts/files.py: a FIFO, a socket, a device, a link that loops or
+    dangles, a link to a folder) comes back with its `problem`, never opened: its reader counts
+    and names it. A path typed by itself must be a file or a folder.
     """
     sources: list[DocsSource] = []
     for arg in args:
         if arg == STDIO:
             raise UsageError("'-' (stdin) cannot be combined with other inputs")
-        matches = sorted(glob.glob(arg)) if glob.has_magic(arg) else [arg]
-        if not matches:
-            raise UsageError(f"no input matches {arg!r}")
-        for m in matches:
-            sources.extend(_sources_of(Path(m)))
+        if glob.has_magic(arg):
+            matches = sorted(glob.glob(arg))
+            if not matches:
+                raise UsageError(f"no input matches {shown(arg)!r}")
+            for m in matches:
+                sources.extend(_sources_of(Path(m), listed=True))
+        else:
+            sources.extend(_sources_of(Path(arg)))
     if not sources:
         raise UsageError("no documents to read: the inputs hold no Parquet, Arrow or JSONL files")
-    return sources
+    return [s if s.problem else DocsSource(s.path, s.fmt, s.label, problem(s.path)) for s in sources]
 
 
-def _sources_of(p: Path) -> list[DocsSource]:
-    if not p.exists():
-        raise UsageError(f"input not found: {p}")
-    if p.is_file():
-        fmt = _fmt(p.name)
-        if fmt is None:
-            raise UsageError(f"{p}: not a docs file (expected .parquet, .arrow or .jsonl[.gz])")
-        return [DocsSource(str(p), fmt, p.name)]
+def _sources_of(p: Path, listed: bool = False) -> list[DocsSource]:
+    """`listed`: `p` is a glob's match, one of the files it lists rather than a path typed alone."""
+    if not p.is_dir():
+        return _file_sources(p, listed)
     if (p / MANIFEST).is_file():
         m = read_manifest(p)
         if m.kind != "docs":
@@ -107,19 +118,36 @@ def _sources_of(p: Path) -> list[DocsSource]:
         files = [o["file"] for o in m.outputs if not o["file"].startswith("rejected/")]
         return [DocsSource(str(p / f), _fmt(f) or "parquet", f) for f in files]
     found = []
-    for root, dirs, files in os.walk(p):
+    for root, dirs, files in os.walk(p):  # links to folders come in dirs, and are never descended
         here = Path(root)
         saved = saved_dataset_files(here)
         if saved is not None:  # a save_to_disk folder: its state.json says which files, in which order
             dirs[:] = []
-            found.extend(DocsSource(str(here / f), "arrow", str((here / f).relative_to(p))) for f in saved)
+            found.extend(DocsSource(str(here / f), "arrow", shown((here / f).relative_to(p))) for f in saved)
             continue
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "rejected")
+        for d in [d for d in dirs if (here / d).is_symlink()]:
+            dirs.remove(d)
+            found.append(DocsSource(str(here / d), "none", shown((here / d).relative_to(p)), LINK_TO_FOLDER))
         for name in sorted(files):
             if not name.startswith(".") and name not in METADATA_FILES and _fmt(name):
                 full = here / name
-                found.append(DocsSource(str(full), _fmt(name), str(full.relative_to(p))))
+                found.append(DocsSource(str(full), _fmt(name), shown(full.relative_to(p))))
     return found
+
+
+def _file_sources(p: Path, listed: bool) -> list[DocsSource]:
+    why = problem(p)
+    if why is not None:
+        if listed:
+            return [DocsSource(str(p), _fmt(p.name) or "none", shown(p.name), why)]
+        if not os.path.lexists(p):
+            raise UsageError(f"input not found: {shown(p)}")
+        raise UsageError(f"{shown(p)}: {why}")
+    fmt = _fmt(p.name)
+    if fmt is None:
+        raise UsageError(f"{shown(p)}: not a docs file (expected .parquet, .arrow or .jsonl[.gz])")
+    return [DocsSource(str(p), fmt, shown(p.name))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,7 +180,7 @@ class ReadLog:
     def damage(self, source: DocsSource, error: BaseException | str, **where) -> None:
         if isinstance(error, BaseException):
             error = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
-        self.errors.append({"file": source.path, **where, "error": error})
+        self.errors.append({"file": shown(source.path), **where, "error": error})
 
     def counts(self) -> dict:
         """The counts a stage adds to its manifest (summed over shards by the driver)."""
@@ -212,6 +240,9 @@ def read_source(source: DocsSource, batch_rows: int = BATCH_ROWS, columns: list[
     logged in `log` (module comment above). `skip_empty`: rows whose text is null or empty are
     left out and counted in `log`, for the stages that process text (cat and head copy them)."""
     log = log if log is not None else ReadLog()
+    if source.problem is not None:
+        log.damage(source, source.problem)
+        return
     if source.fmt == "parquet":
         raw = _parquet_batches(source, batch_rows, columns, log)
     elif source.fmt == "arrow":
@@ -225,11 +256,27 @@ def read_source(source: DocsSource, batch_rows: int = BATCH_ROWS, columns: list[
 def _parquet_batches(source: DocsSource, batch_rows: int, columns: list[str] | None, log: ReadLog):
     """(batch, first row) of a Parquet file. Row groups stand alone: after a failure the rest is
     read one row group at a time, and a group that does not decode is logged with its rows."""
+    with ExitStack() as opened:
+        try:
+            pf = pq.ParquetFile(opened.enter_context(_arrow_opened(source.path)))
+        except DAMAGE as e:
+            log.damage(source, e)
+            return
+        yield from _parquet_file_batches(pf, source, batch_rows, columns, log)
+
+
+@contextmanager
+def _arrow_opened(path: str):
+    """What pyarrow opens for `path` (files.arrow_source), closed after when it was opened here."""
+    f = arrow_source(path)
     try:
-        pf = pq.ParquetFile(source.path)
-    except DAMAGE as e:
-        log.damage(source, e)
-        return
+        yield f
+    finally:
+        if not isinstance(f, str):
+            f.close()
+
+
+def _parquet_file_batches(pf: pq.ParquetFile, source: DocsSource, batch_rows: int, columns: list[str] | None, log: ReadLog):
     cols = None if columns is None else [c for c in pf.schema_arrow.names if c in {"id", "text", *columns}]
     n_groups = pf.metadata.num_row_groups
     starts = [0]
@@ -261,7 +308,7 @@ def _parquet_batches(source: DocsSource, batch_rows: int, columns: list[str] | N
 def _open_arrow(path: str) -> pa.ipc.RecordBatchStreamReader | pa.ipc.RecordBatchFileReader:
     """An Arrow IPC file, memory-mapped so batches are read in place, not copied into memory:
     the stream format (what datasets writes) or else the random-access file format."""
-    mapped = pa.memory_map(path)
+    mapped = arrow_map(path)
     try:
         return pa.ipc.open_stream(mapped)
     except pa.ArrowInvalid:
@@ -330,13 +377,15 @@ def _kinds_of(path: str, v) -> Iterator[tuple[str, str]]:
 
 class _GoodLines(io.RawIOBase):
     """The lines of a JSONL(.gz) file that pyarrow's JSON reader can take, as a byte stream; a
-    line that is not UTF-8, not JSON, not an object, holds a lone surrogate, or gives a column
-    another JSON type than the rows before it (pyarrow would refuse the whole file) is left out
-    and logged with its line number and byte offset (in the uncompressed text). Blank lines pass
-    (pyarrow skips them; they are not rows). `skipped` lists the row numbers left out, in order."""
+    line that is not UTF-8, not JSON, not an object, holds a lone surrogate, gives a column
+    another JSON type than the rows before it (pyarrow would refuse the whole file), or is longer
+    than `max_line` bytes (read past in pieces, never held whole) is left out and logged with its
+    line number and byte offset (in the uncompressed text). Blank lines pass (pyarrow skips them;
+    they are not rows). `skipped` lists the row numbers left out, in order."""
 
-    def __init__(self, source: DocsSource, log: ReadLog):
+    def __init__(self, source: DocsSource, log: ReadLog, max_line: int | None = None):
         self.source, self.log = source, log
+        self.max_line = MAX_LINE_BYTES if max_line is None else max_line
         self.file = gzip.open(source.path, "rb") if source.path.lower().endswith(".gz") else open(source.path, "rb")
         self.kinds: dict[str, str] = {}
         self.skipped: list[int] = []
@@ -365,7 +414,10 @@ class _GoodLines(io.RawIOBase):
         size = 0
         while size < 1 << 20:
             try:
-                raw = self.file.readline()
+                raw = self.file.readline(self.max_line + 1)  # a line within the limit ends in b"\n" or the file
+                if len(raw) > self.max_line and not raw.endswith(b"\n"):
+                    self._too_long(len(raw))
+                    continue
             except DAMAGE as e:  # a corrupt or truncated gzip member: nothing after it can be found
                 self.log.damage(self.source, f"{type(e).__name__}: {e}; the rest of the file was not read", line=self.line + 1, offset=self.offset)
                 raw = b""
@@ -374,6 +426,21 @@ class _GoodLines(io.RawIOBase):
                 return
             size += len(raw)
             self._take(raw)
+
+    def _too_long(self, head: int) -> None:
+        """Read past the rest of a line longer than the limit, a MB at a time, and log it."""
+        n = head
+        while piece := self.file.readline(1 << 20):
+            n += len(piece)
+            if piece.endswith(b"\n"):
+                break
+        length = n - 1 if piece.endswith(b"\n") else n
+        self.log.damage(self.source, f"a line of {length} bytes, over the {self.max_line}-byte limit: not read",
+                        line=self.line + 1, offset=self.offset)
+        self.skipped.append(self.row)
+        self.offset += n
+        self.line += 1
+        self.row += 1
 
     def _take(self, raw: bytes) -> None:
         start = self.offset
@@ -431,9 +498,10 @@ def _jsonl_batches(source: DocsSource, log: ReadLog):
             lines._fill()
         if not lines.good:
             return
-        # open_json streams; block_size large enough for long web documents on one line; one
-        # thread: the line filter feeding it is Python anyway
-        reader = pajson.open_json(lines, read_options=pajson.ReadOptions(block_size=16 << 20, use_threads=False))
+        # open_json streams; no line it is given is longer than a block (pyarrow refuses an object
+        # that straddles two block boundaries); one thread: the line filter feeding it is Python anyway
+        block = max(16 << 20, lines.max_line + (1 << 16))  # a block holds any line the filter passes
+        reader = pajson.open_json(lines, read_options=pajson.ReadOptions(block_size=block, use_threads=False))
         for batch in reader:
             yield batch, _file_rows(good, batch.num_rows, lines.skipped)
             good += batch.num_rows
@@ -462,8 +530,11 @@ def row_count(source: DocsSource) -> int:
     headers of a memory-mapped Arrow file (the columns are not read), or by reading a JSONL file
     through. A file that does not open counts 0: its task only logs it."""
     try:
+        if source.problem is not None:
+            return 0
         if source.fmt == "parquet":
-            return pq.ParquetFile(source.path).metadata.num_rows
+            with _arrow_opened(source.path) as f:
+                return pq.ParquetFile(f).metadata.num_rows
         if source.fmt == "arrow":
             return sum(b.num_rows for b in _arrow_batches(_open_arrow(source.path), batch_rows=sys.maxsize))
     except DAMAGE:
@@ -474,17 +545,30 @@ def row_count(source: DocsSource) -> int:
 def source_schema(source: DocsSource, log: ReadLog | None = None) -> pa.Schema | None:
     """Schema after normalization, without reading the data when the file format allows; None
     when the file does not open (logged in `log` when given)."""
+    if source.problem is not None:
+        if log is not None:
+            log.damage(source, source.problem)
+        return None
     if source.fmt in ("parquet", "arrow"):
         try:
-            schema = pq.read_schema(source.path) if source.fmt == "parquet" else _open_arrow(source.path).schema
+            if source.fmt == "parquet":
+                with _arrow_opened(source.path) as f:
+                    schema = pq.read_schema(f)
+            else:
+                schema = _open_arrow(source.path).schema
         except DAMAGE as e:
             if log is not None:
                 log.damage(source, e)
             return None
         empty = pa.RecordBatch.from_pylist([], schema=schema)
         return _normalize(empty, source, 0).schema
-    for batch in read_source(source):
+    seen = ReadLog()
+    for batch in read_source(source, log=seen):
         return batch.schema
+    if seen.errors and seen.errors[0].keys() == {"file", "error"}:  # the file itself did not open
+        if log is not None:
+            log.errors.append(seen.errors[0])
+        return None
     return pa.schema([("id", pa.string()), ("text", pa.string())])
 
 

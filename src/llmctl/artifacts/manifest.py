@@ -17,6 +17,7 @@ from pathlib import Path
 
 from llmctl.artifacts.atomic import write_text
 from llmctl.artifacts.card import write_docs_card
+from llmctl.artifacts.files import shown, utf8_safe
 from llmctl.errors import UsageError
 from llmctl import __version__
 
@@ -38,7 +39,12 @@ class Manifest:
     created: str = ""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        text = json.dumps(asdict(self), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a path that is not UTF-8 (the command, an input): named as files.shown names it
+            text = json.dumps(utf8_safe(asdict(self)), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        return text
 
 
 def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -72,12 +78,20 @@ def input_ref(path: str | os.PathLike) -> dict:
             "manifest_sha256": file_sha256(p / MANIFEST),
         }
     if p.is_file():
-        return {"path": str(p.resolve()), "kind": "file", "bytes": p.stat().st_size, "sha256": file_sha256(p)}
+        return {"path": str(p.resolve()), "kind": "file", "bytes": p.stat().st_size, "sha256": _content_sha256(p)}
     if p.is_dir():  # a folder of files (Parquet, JSONL, a save_to_disk dataset): named by its files' contents
         files = sorted(f for f in p.rglob("*") if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts))
-        listing = hashlib.sha256("".join(f"{f.relative_to(p)}\0{file_sha256(f)}\n" for f in files).encode()).hexdigest()
+        listing = hashlib.sha256("".join(f"{shown(f.relative_to(p))}\0{_content_sha256(f)}\n" for f in files).encode()).hexdigest()
         return {"path": str(p.resolve()), "kind": "dir", "files": len(files), "listing_sha256": listing}
     return {"path": str(p.resolve()), "kind": "dir"}
+
+
+def _content_sha256(path: Path) -> str:
+    """A raw input's sha256; for one that does not read, why (its reader counts it as damage)."""
+    try:
+        return file_sha256(path)
+    except OSError as e:
+        return f"unreadable ({e.strerror or type(e).__name__})"
 
 
 def input_identity(ref: dict) -> dict:
