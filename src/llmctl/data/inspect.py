@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from llmctl.artifacts.docs import STDIO, open_docs_inputs
+from llmctl.artifacts.files import problem, shown
 from llmctl.artifacts.manifest import has_manifest, read_manifest
 from llmctl.data.crawl.warc import WarcError, iter_records
 from llmctl.errors import UsageError
@@ -25,9 +26,11 @@ def is_warc_path(path: str) -> bool:
 
 
 def warc_files(path: Path) -> list[str]:
+    """The WARC files of a folder, and what is named like one but is not a regular file (a FIFO, a
+    link loop: artifacts/files.py), which the view counts and never opens."""
     if path.is_file():
         return [str(path)]
-    return sorted(str(p) for p in path.rglob("*") if p.is_file() and is_warc_path(p.name))
+    return sorted(str(p) for p in path.rglob("*") if is_warc_path(p.name) and not p.is_dir())
 
 
 def inspect_path(path: str, samples: int = 3, stdin=None) -> dict:
@@ -88,11 +91,17 @@ def _warc_view(p: Path) -> dict:
     ctypes: Counter = Counter()
     errors = []
     size = 0
+    unread = 0
     for f in files:
+        why = problem(f)
+        if why is not None:
+            errors.append({"file": shown(f), "error": why})
+            unread += 1
+            continue
         size += Path(f).stat().st_size
         for item in iter_records(f):
             if isinstance(item, WarcError):
-                errors.append({"file": f, "offset": item.offset, "error": item.message})
+                errors.append({"file": shown(f), "offset": item.offset, "error": item.message})
                 continue
             rec = item.record
             types[rec.rec_type] += 1
@@ -103,7 +112,7 @@ def _warc_view(p: Path) -> dict:
     return {
         "path": str(p),
         "kind": "warc",
-        "files": len(files),
+        "files": len(files) - unread,
         "bytes": size,
         "records": dict(sorted(types.items(), key=lambda kv: str(kv[0]))),
         "http_status": dict(sorted(status.items())),

@@ -22,6 +22,7 @@ on stdin (`-`) is read by this process and cut into windows where a file's range
 from __future__ import annotations
 
 import glob
+import os
 import re
 import signal
 import threading
@@ -34,6 +35,7 @@ import pyarrow as pa
 from warcio.statusandheaders import StatusAndHeadersParser, StatusAndHeadersParserException
 
 from llmctl.artifacts.docs import STDIO, part_name
+from llmctl.artifacts.files import problem, shown
 from llmctl.artifacts.docs_shard import ShardOutput
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.artifacts.stdin import StdinReader
@@ -104,7 +106,10 @@ class ExtractConfig:
 
 
 def expand_inputs(args: list[str]) -> list[str]:
-    """Paths, globs, directories (their *.warc[.gz] files) and @list files, in order."""
+    """Paths, globs, directories (their *.warc[.gz] files) and @list files, in order. What a glob
+    or a folder lists that is not a regular file (a FIFO, a socket, a link that loops or dangles:
+    artifacts/files.py) is kept, to be counted and named by its task and never opened; a path
+    typed alone must be a file or a folder."""
     if not args:
         raise UsageError("no input WARC files given")
     out: list[str] = []
@@ -131,21 +136,32 @@ def expand_inputs(args: list[str]) -> list[str]:
             out += found
         elif Path(a).is_file():
             out.append(a)
+        elif os.path.lexists(a):
+            raise UsageError(f"{shown(a)}: {problem(a)}")
         else:
-            raise UsageError(f"input not found: {a}")
+            raise UsageError(f"input not found: {shown(a)}")
     return out
 
 
 def plan_tasks(paths: list[str]) -> list[Task]:
-    """Byte-range tasks over all inputs; the range size depends only on the total input size."""
-    sizes = [file_size(p) for p in paths]
+    """Byte-range tasks over all inputs; the range size depends only on the total input size. A
+    path that is not a regular file gets one task that only names it (`problem`); a name that is
+    not UTF-8 is given to rows and errors as files.shown writes it (`label`)."""
+    problems = [None if "://" in p else problem(p) for p in paths]
+    if paths and all(problems):  # nothing to read: a usage error, as for the docs readers
+        raise UsageError(f"{shown(paths[0])}: {problems[0]}")
+    sizes = [0 if why else file_size(p) for p, why in zip(paths, problems)]
     chunk = auto_chunk(sum(sizes))
     tasks: list[Task] = []
-    for path, size in zip(paths, sizes):
+    for path, size, why in zip(paths, sizes, problems):
+        named = {} if shown(path) == path else {"label": shown(path)}
+        if why:
+            tasks.append(Task(len(tasks), part_name(len(tasks), ""), {"path": path, "start": 0, "end": 0, "problem": why, **named}))
+            continue
         ranges = byte_ranges(size, chunk) if splittable(sniff(path)) else [(0, size)]
         for start, end in ranges:
             i = len(tasks)
-            tasks.append(Task(i, part_name(i, ""), {"path": path, "start": start, "end": end}, weight=max(1, end - start)))
+            tasks.append(Task(i, part_name(i, ""), {"path": path, "start": start, "end": end, **named}, weight=max(1, end - start)))
     return tasks
 
 
@@ -282,13 +298,16 @@ class Extractor:
 def extract_shard(task: Task, out: Path, report, cfg: ExtractConfig) -> dict:
     p = task.payload
     path, start, end = p.get("label", p["path"]), p["start"], p["end"]  # path: what rows and errors name
-    items = iter_window(p["data"], start, p["fmt"]) if "data" in p else iter_records(p["path"], start, end)
-    has_ids = (p["fmt"] if "data" in p else sniff(p["path"])) not in ("arc", "arc.gz")
+    if "problem" in p:  # never opened: a FIFO would block, a device would never end
+        items, has_ids = iter(()), True
+    else:
+        items = iter_window(p["data"], start, p["fmt"]) if "data" in p else iter_records(p["path"], start, end)
+        has_ids = (p["fmt"] if "data" in p else sniff(p["path"])) not in ("arc", "arc.gz")
     ex = Extractor(cfg)
     model = langid.load(langid.find_model(cfg.langid_model))
     rows: list[dict] = []
     skipped = {r: 0 for r in SKIP_REASONS}
-    errors: list[dict] = []
+    errors: list[dict] = [{"file": path, "error": p["problem"]}] if "problem" in p else []
     records = 0
     reported = start
     for item in items:
@@ -360,8 +379,9 @@ def run_crawl_extract(
             tasks, refs = stream, lambda: [stream.input_ref()]  # cut as it is read, named once read
         else:
             # absolute paths, so warc_path leads back to the record from wherever the docs are read
-            paths = [p if "://" in p else str(Path(p).resolve()) for p in expand_inputs(inputs)]
-            refs = [input_ref(p) if "://" not in p else {"path": p, "kind": "url"} for p in paths]
+            paths = [p if "://" in p else str(Path(p).resolve()) if problem(p) is None else os.path.abspath(p) for p in expand_inputs(inputs)]
+            refs = [{"path": p, "kind": "url"} if "://" in p else input_ref(p) if problem(p) is None else {"path": p, "kind": "skipped"}
+                    for p in paths]
         if cfg.lang_threshold < 0 or cfg.lang_threshold > 1:
             raise UsageError("--lang-threshold must be between 0 and 1")
         model_path = langid.find_model(cfg.langid_model)
