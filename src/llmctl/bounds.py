@@ -7,6 +7,11 @@ their numbers as plain flags (plan, generate, inspect, SFT's split) apply it wit
 A message names where the value came from (the flag, `--set train.lr`, or the file and key)
 and the range: `--checkpoint-every must be >= 1, got 0`.
 
+Whatever its range, a number is finite and an integer fits int64 (`number_problem`); a ceiling
+says why it is there (`Bound.why`). Two ceilings are known only later and have their own checks:
+a size that multiplies into one allocation against the machine's memory (`check_fits`), and a
+generation budget against the model's context length once its checkpoint is open (`within_context`).
+
 The table is keyed by the config class's name (or the command's, for plain flags), so this
 module imports none of them; a key missing from the table is not range-checked (text, choices
 and flags, which their configs' `check()` validate). 0 stays allowed where it means something
@@ -98,7 +103,6 @@ SHARE = Bound(0, 1)  # a probability or a fraction, ends included
 SHARE_BELOW_1 = Bound(0, 1, hi_open=True)  # a held-out fraction (1 would leave nothing to train on)
 MASS = Bound(0, 1, lo_open=True)  # top-p, MFU: 0 would keep nothing
 BETA = Bound(0, 1, hi_open=True)  # Adam's betas
-ANY = Bound()  # any finite number
 # A learning rate above 10 is a typo, not a setting: AdamW moves each weight by about lr a step
 # (weights start near 0.02), and fastText documents 0.1-1.0; 1e30 or inf only trains NaNs.
 LR = at_most(0, 10, "a learning rate above 10 only diverges", lo_open=True)
@@ -128,7 +132,8 @@ BOUNDS: dict[str, dict[str, Bound]] = {
     "TrainClassifierConfig": {"dim": COUNT, "lr": LR, "epoch": COUNT, "word_ngrams": COUNT, "min_count": COUNT, "bucket": COUNT,
                               "thread": THREADS, "holdout": SHARE_BELOW_1, "seed": SEED, "max_docs": COUNT},
     "ModelConfig": {"vocab_size": VOCAB, "n_layers": COUNT, "d_model": COUNT, "n_heads": COUNT, "n_kv_heads": COUNT, "head_dim": COUNT,
-                    "d_ff": COUNT, "max_seq_len": COUNT, "rope_base": POSITIVE, "norm_eps": POSITIVE, "init_std": POSITIVE},
+                    "d_ff": COUNT, "max_seq_len": COUNT, "rope_base": POSITIVE, "norm_eps": POSITIVE,
+                    "init_std": at_most(0, 1, "weights start near 0.02; past 1 the first forward overflows", lo_open=True)},
     "TrainConfig": {
         "seq_len": COUNT, "batch_tokens": COUNT, "micro_batch": COUNT, "max_tokens": COUNT, "max_steps": COUNT,
         "lr": LR, "warmup_tokens": NONNEG, "warmup_frac": SHARE, "cooldown_frac": SHARE, "final_lr_frac": SHARE,
@@ -150,11 +155,13 @@ BOUNDS: dict[str, dict[str, Bound]] = {
         "steps": COUNT, "prompts_per_step": COUNT, "group_size": at_least(2),  # advantages compare a group's samples
         "max_new_tokens": COUNT, "temperature": POSITIVE, "top_p": MASS, "lr": LR, "warmup_steps": NONNEG,
         "weight_decay": NONNEG, "beta1": BETA, "beta2": BETA, "eps": POSITIVE, "grad_clip": POSITIVE,
-        "clip_low": NONNEG, "clip_high": NONNEG, "kl_coef": NONNEG, "epochs": COUNT, "max_draws": COUNT,
+        "clip_low": SHARE,  # the ratio is kept above 1 - clip_low, which past 1 is below 0
+        "clip_high": NONNEG, "kl_coef": at_most(0, 100, "a correct answer earns 1: 100 times that on the KL pins the policy"), "epochs": COUNT, "max_draws": COUNT,
         "micro_batch": COUNT, "gen_batch": COUNT, "eval_every": NONNEG,  # 0: evaluate only at the end
         "eval_limit": COUNT, "headroom_limit": NONNEG,  # 0: no headroom pass
         "checkpoint_every": COUNT, "keep_checkpoints": COUNT, "seed": SEED,
-        "format_reward": ANY,  # any finite number: a negative one is a penalty for the form
+        # a negative one is a penalty for the form; past ±1 the form would outweigh a correct answer (1)
+        "format_reward": Bound(-1, 1),
     },
     "generate": {"n": at_least(1, flag="-n"), "max_new_tokens": COUNT, "temperature": NONNEG,
                  "top_k": NONNEG, "top_p": MASS, "seed": SEED},
@@ -220,3 +227,20 @@ def within_context(where: str, value: int, context: int, default: int | None = N
     if default is not None and value == default:
         return context
     raise UsageError(f"{where} must be at most the context length {context} of the model, got {value}")
+
+
+def machine_memory() -> int:
+    """Bytes of physical memory on this machine."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no ceiling known
+        return 1 << 62
+
+
+def check_fits(what: str, nbytes: int) -> None:
+    """Sizes that multiply into an allocation (a model's dimensions, fastText's table) are checked
+    against the machine before it is asked for: past its memory the allocation is an OOM kill or
+    an abort inside C++, not an error a user can read."""
+    have = machine_memory()
+    if nbytes > have:
+        raise UsageError(f"{what} need {nbytes / 2**30:,.1f} GiB, more than the {have / 2**30:,.1f} GiB of memory of this machine")
