@@ -191,7 +191,7 @@ def test_executor_flags_are_checked(tmp_path, monkeypatch, capsys):
         (["--executor", "dask"], "--executor must be one of local, ray"),
         (["--ray-address", "10.0.0.1:6379"], "--ray-address needs --executor ray"),
         (["--executor", "ray", "--memory-per-task", "lots"], "--memory-per-task takes bytes"),
-        (["--executor", "ray", "--cpus-per-task", "0"], "--cpus-per-task must be above 0"),
+        (["--executor", "ray", "--cpus-per-task", "0"], "--cpus-per-task must be > 0, got 0.0"),
     ]
     monkeypatch.setitem(sys.modules, "ray", None)  # and without Ray installed:
     cases.append((["--executor", "ray"], "--executor ray needs Ray, which is not installed: pip install 'llmctl[ray]'"))

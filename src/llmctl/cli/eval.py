@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from llmctl.bounds import check_flags
+from llmctl.bounds import check_flags, within_context
 from llmctl.cli import render
 from llmctl.cli.options import Config, DefaultCommandGroup, Json, Overwrite, Quiet, flags, typed
 from llmctl.cli.console import ConsoleProgress, print_json
@@ -90,12 +90,15 @@ def eval_compare(
         render.eval_compare(r, a, b)
 
 
+GENERATE_NEW_TOKENS = 64
+
+
 @app.command()
 def generate(
     checkpoint: Annotated[str, typer.Argument(help="Checkpoint: a step dir, or a run dir (its latest).")],
     prompt: Annotated[list[str], typer.Option("--prompt", "-p", help="Prompt text (repeatable).")],
     n: Annotated[int, typer.Option("-n", help="Samples per prompt.")] = 1,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens to generate at most.")] = 64,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens to generate at most (the default is cut to the model's context length).")] = GENERATE_NEW_TOKENS,
     temperature: Annotated[float, typer.Option("--temperature", help="0 = greedy (deterministic).")] = 0.0,
     top_k: Annotated[int, typer.Option("--top-k", help="0 = off.")] = 0,
     top_p: Annotated[float, typer.Option("--top-p", help="1 = off.")] = 1.0,
@@ -110,6 +113,7 @@ def generate(
 
     check_flags("generate", n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     ev = Evaluator(checkpoint, EvalConfig(weights=weights))  # only loads the model: no other eval setting applies
+    max_new_tokens = within_context("--max-new-tokens", max_new_tokens, ev.model.cfg.max_seq_len, GENERATE_NEW_TOKENS)
     engine = Engine.for_vocab(ev.model, ev.vocab, chat=ev.chat is not None)
     if ev.chat is not None:  # SFT/RL checkpoints: each prompt is a user turn
         inputs = [ev.chat.prompt_ids([{"role": "user", "content": p}]) for p in prompt for _ in range(n)]

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from llmctl.bounds import check_flags
 from llmctl.cli import render
 from llmctl.cli.options import Config, DefaultCommandGroup, DocsIn, Json, Out, Overwrite, Quiet, RunFlags, flags, run_control
 from llmctl.cli.console import ConsoleProgress, err, print_json
@@ -89,6 +90,7 @@ def filter_stats(
     """Histograms of every stats.* column, kept vs rejected, to choose thresholds."""
     from llmctl.data.filter_stats import write_histograms
 
+    check_flags("filter stats", bins=bins)
     quiet, as_json = flags(quiet, json_)
     paths = write_histograms(inputs, output, bins=bins)
     if as_json:

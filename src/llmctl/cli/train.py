@@ -64,6 +64,7 @@ def train(
 
     if not output:
         raise UsageError("train: missing option --output/-o")
+    check_flags("sft", val_fraction=val_fraction)
     if tokens is not None and data:
         raise UsageError("train: give a TOKENS argument or --data sources, not both")
     if sft is not None and (tokens is not None or data):
@@ -74,7 +75,6 @@ def train(
         raise UsageError("train: --weights picks the weights of --init")
     if init and any(x.strip().startswith("model.") for x in set_ or []):
         raise UsageError("train: --init fixes the architecture; --set model.* cannot change it")
-    check_flags("sft", val_fraction=val_fraction)
 
     quiet, as_json = flags(quiet, json_)
     overrides = dict(max_tokens=max_tokens, max_steps=max_steps, max_epochs=max_epochs, lr=lr, batch_tokens=batch_tokens, micro_batch=micro_batch,

@@ -27,6 +27,7 @@ import torch
 from llmctl import __version__
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.checkpoint import WEIGHTS
+from llmctl.bounds import within_context
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.artifacts.tokens import TokenDataset
 from llmctl.errors import UsageError
@@ -85,6 +86,9 @@ class Evaluator:
         cfg.check()
         self.cfg, self.progress = cfg, progress or Progress()
         self.model, self.ckpt = load_model(checkpoint, pick_device(cfg.device), cfg.weights)
+        context = self.model.cfg.max_seq_len
+        cfg.max_new_tokens = within_context("--max-new-tokens", cfg.max_new_tokens, context, EvalConfig.max_new_tokens)
+        within_context("--shots", cfg.shots, context)  # every shot takes at least one token of it
         keep_freed_memory(self.device)  # on CPU each scoring batch reuses the last one's memory instead of faulting in fresh pages
         if self.ckpt.tokenizer_file is None:
             raise UsageError(f"{self.ckpt.path} has no tokenizer.json: cannot turn task text into tokens")

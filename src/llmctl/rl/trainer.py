@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from llmctl import __version__
 from llmctl.artifacts import checkpoint as ckpt_io
 from llmctl.artifacts.manifest import Manifest, input_ref
+from llmctl.bounds import within_context
 from llmctl.errors import UsageError
 from llmctl.model.load import load_model
 from llmctl.tokenizer.vocab import Vocab
@@ -79,6 +80,10 @@ class RLTrainer:
         self.verifier = make_verifier(cfg.verifier, format_reward=cfg.format_reward, **options)
         if (line := self.verifier.check()) is not None:
             self.on_log(line)
+        # the completion budget against the model's context, read before OUT is touched
+        context = ckpt_io.open_checkpoint(init).config_json.get("max_seq_len")
+        if isinstance(context, int) and not isinstance(context, bool):
+            cfg.max_new_tokens = within_context("--max-new-tokens", cfg.max_new_tokens, context, RLConfig.max_new_tokens)
         self.run_dir = RunDir(self.out, d, entries=(*TRAINING_RUN, "rollouts"))
         self.run_dir.prepare(resume, overwrite)
         source = self.run_dir.checkpoints if resume else init

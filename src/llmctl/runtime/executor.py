@@ -30,6 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from llmctl.bounds import usable_cores
 from llmctl.errors import StageFailed
 from llmctl.runtime.lifeline import die_with_parent
 from llmctl.runtime.progress import Progress
@@ -63,10 +64,7 @@ TaskFn = Callable[[Task, Callable[[int], None]], dict]
 
 
 def default_workers() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 _worker_queue = None
@@ -165,7 +163,10 @@ def run_tasks(
         tasks = list(tasks)  # a backend plans over the whole list; stages keep streams local
         if tasks:
             return backend.run(fn, tasks, workers=workers, progress=progress, on_result=on_result)
-    workers = max(1, workers or default_workers()) if lazy else max(1, min(workers or default_workers(), len(tasks) or 1))
+    # A pool process more than the cores only waits its turn (and --workers 100 on a stream forked
+    # 100): the pool is capped by the cores, and a list's by its tasks. Outputs do not depend on it.
+    workers = min(workers or default_workers(), default_workers())
+    workers = max(1, workers if lazy else min(workers, len(tasks) or 1))
     results = InOrder([] if lazy else tasks, on_result)
     collect = results.add
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from llmctl.bounds import check_value, flag_of
 from llmctl.errors import UsageError
 
 EXECUTORS = ("local", "ray")
@@ -41,10 +42,8 @@ class RunOptions:
     max_retries: int = 3  # Ray retries of a task whose worker died
 
     def __post_init__(self) -> None:
-        if self.workers is not None and self.workers < 1:
-            raise UsageError("--workers must be at least 1")
-        if self.num_shards < 1:
-            raise UsageError("--num-shards must be at least 1")
+        for key in ("workers", "shard_index", "num_shards", "cpus_per_task"):
+            check_value("RunOptions", key, getattr(self, key), flag_of("RunOptions", key))
         if not 0 <= self.shard_index < self.num_shards:
             raise UsageError(f"--shard-index {self.shard_index} must be below --num-shards {self.num_shards}")
         if self.executor not in EXECUTORS:
@@ -53,8 +52,6 @@ class RunOptions:
                                     ("--memory-per-task", self.memory_per_task)) if v is not None]
         if ray_flags and self.executor != "ray":
             raise UsageError(f"{ray_flags[0]} needs --executor ray")
-        if self.cpus_per_task is not None and self.cpus_per_task <= 0:
-            raise UsageError("--cpus-per-task must be above 0")
         if self.memory_per_task is not None:
             self.memory_per_task = parse_bytes(self.memory_per_task)
             if self.memory_per_task <= 0:

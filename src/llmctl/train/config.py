@@ -98,6 +98,7 @@ def parse_sets(sets: list[str]) -> tuple[dict, dict]:
 def load_run_config(config: str | None, train_flags: dict, sets: list[str] = ()) -> tuple[ModelConfig, TrainConfig]:
     """A train preset ([model] and [train] tables), then --set overrides, then explicit flags; each
     value type- and range-checked by build_config, naming the flag, `--set KEY` or the file."""
+    from llmctl.bounds import check_fits
     from llmctl.config import build_config, find_config, read_toml
 
     if config:
@@ -107,4 +108,6 @@ def load_run_config(config: str | None, train_flags: dict, sets: list[str] = ())
             raise UsageError(f"{path}: unknown table(s) {', '.join(unknown)} (expected [model], [train] and [[data]])")
     model_sets, train_sets = parse_sets(list(sets))
     model_cfg = build_config(ModelConfig, "train", config, table="model", sets=model_sets)
+    # fp32 weights, their gradients and AdamW's two moments: 16 bytes a parameter, before activations
+    check_fits(f"the model's {model_cfg.n_params():,} parameters (weights, gradients and AdamW state)", 16 * model_cfg.n_params())
     return model_cfg, build_config(TrainConfig, "train", config, train_flags, table="train", sets=train_sets)

@@ -237,6 +237,10 @@ class TrainClassifierConfig:
     overwrite: bool = False
 
     def validate(self) -> None:
+        from llmctl.bounds import check_fits
+
+        # fastText's input table: a row of `dim` floats for each hashed n-gram bucket (and word)
+        check_fits(f"--bucket {self.bucket} x --dim {self.dim} (fastText's n-gram table)", 4 * self.bucket * self.dim)
         if not 0.0 < self.holdout < 1.0:
             raise UsageError(f"--holdout must be in (0, 1), got {self.holdout}")
         if self.max_docs is not None and self.max_docs < 2:
