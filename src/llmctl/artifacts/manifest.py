@@ -15,12 +15,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from llmctl.artifacts.atomic import write_text
+from llmctl.artifacts.atomic import MANIFEST, write_text
 from llmctl.artifacts.card import write_docs_card
 from llmctl.errors import UsageError
 from llmctl import __version__
-
-MANIFEST = "manifest.json"
 
 
 @dataclass
