@@ -16,9 +16,12 @@ such an OSError into the one-line failure the CLI prints (exit 1).
 from __future__ import annotations
 
 import errno
+import fnmatch
+import json
 import os
+import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -161,22 +164,80 @@ def entries(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if not is_lock(p.name)) if out.is_dir() else []
 
 
-def clear_dir(out: Path) -> None:
-    """Empty OUT for --overwrite, keeping the lock file this command holds on it."""
+# --overwrite replaces only what llmctl wrote (docs/design.md §3). An OUT is llmctl's whole when
+# it holds llmctl's manifest.json (a finished artifact or run) or a sharded stage's `.shards/` (one
+# under way); else each entry must be one the command writes on its way to its manifest (`own`,
+# glob patterns the caller names: cat's parts, a run's checkpoints/), a hidden temporary
+# (`.NAME.tmp-PID`) or the lock. Anything else is someone's data, and the command refuses to
+# touch it, naming it.
+MANIFEST = "manifest.json"  # what marks an artifact complete (artifacts/manifest.py writes it)
+SHARDS_DIR = ".shards"
+_TEMP = re.compile(r"\..+\.tmp-\d+.*", re.DOTALL)
+
+
+def is_llmctl_manifest(path: Path) -> bool:
+    """Whether `path` is a manifest llmctl wrote: a JSON object with its kind, stage and version
+    (a web app's or another tool's manifest.json is not one)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and all(isinstance(data.get(k), str) for k in ("kind", "stage", "llmctl_version"))
+
+
+def foreign_entries(out: Path, own: Iterable[str] = ()) -> list[str]:
+    """The entries of the directory OUT that llmctl did not write (see above); [] for an OUT that
+    is llmctl's, or empty."""
+    names = entries(out)
+    if SHARDS_DIR in names or (MANIFEST in names and is_llmctl_manifest(out / MANIFEST)):
+        return []
+    own = tuple(own)
+    return [n for n in names if not _TEMP.fullmatch(n) and not any(fnmatch.fnmatchcase(n, pat) for pat in own)]
+
+
+def check_overwrite(out: Path, own: Iterable[str] = ()) -> None:
+    """Refuse --overwrite on an OUT that is not llmctl's: a file, or a folder holding entries
+    llmctl did not write (through a symlink too: what is checked is what would be removed)."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"output {out} is a file, not a directory llmctl wrote; --overwrite replaces only llmctl's "
+                         "own outputs: remove it or pick another -o")
+    foreign = foreign_entries(out, own)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", …" if len(foreign) > 5 else "")
+        n = len(foreign)
+        raise UsageError(f"output {out} holds {n} entr{'y' if n == 1 else 'ies'} llmctl did not write ({shown}); "
+                         "--overwrite replaces only llmctl's own outputs: remove them or pick another -o")
+
+
+def clear_dir(out: Path, own: Iterable[str] = ()) -> None:
+    """Empty OUT for --overwrite, keeping the lock file this command holds on it; an OUT that
+    is not llmctl's (check_overwrite) is refused, with nothing removed."""
+    check_overwrite(out, own)
     for name in entries(out):
         _remove(out / name)
 
 
-def prepare_new_out(out: str | os.PathLike, overwrite: bool) -> None:
+def prepare_new_out(out: str | os.PathLike, overwrite: bool, own: Iterable[str] = ()) -> None:
     """An output directory for a single-process command: it must be new or empty, or go with
-    --overwrite (then it is emptied). `-` (a stream) needs nothing."""
+    --overwrite (then it is emptied, when it is llmctl's: `own` as for `foreign_entries`). `-`
+    (a stream) needs nothing."""
     if str(out) == STDIO:
         return
     p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"output {p} exists and is not a directory; remove it or pick another -o")
     if p.exists() and overwrite:
-        clear_dir(p) if p.is_dir() else p.unlink()
-    if p.exists() and (not p.is_dir() or entries(p)):
+        clear_dir(p, own)
+    if p.exists() and entries(p):
+        check_overwrite(p, own)  # someone's files: --overwrite would not remove them either
         raise UsageError(f"output {p} already exists; use --overwrite to replace it")
+
+
+def directory_only(out: str | os.PathLike, what: str) -> None:
+    """Refuse `-o -` for a command whose output is a folder (a run, a model, plots): without
+    this it would make a folder named `-`."""
+    if str(out) == STDIO:
+        raise UsageError(f"{what} is written to a directory, not to '-' (a stream): give -o a folder")
 
 
 def _remove(p: Path) -> None:

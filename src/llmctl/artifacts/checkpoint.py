@@ -39,6 +39,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from llmctl.artifacts.atomic import atomic_path, check_write, write_text
+from llmctl.artifacts.manifest import artifact_file, outside_name
 from llmctl.errors import UsageError
 
 LATEST = "latest"
@@ -136,6 +137,21 @@ def owner_artifact(path: str | os.PathLike) -> Path:
     return next((q for q in (p, p.parent, p.parent.parent) if (q / "manifest.json").is_file()), p)
 
 
+def latest_target(ckpt_root: Path) -> Path:
+    """The step directory `ckpt_root/latest` names: one name inside `ckpt_root`, as
+    save_checkpoint writes it. A pointer naming any other place (`../../other`, an absolute
+    path, a link out) is a usage error, never followed."""
+    latest = ckpt_root / LATEST
+    try:
+        name = latest.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{latest}: unreadable ({type(e).__name__}: {e})") from e
+    if len(Path(name).parts) > 1 or outside_name(name):
+        raise UsageError(f"{latest}: names {name!r}, not a step directory beside it; `latest` holds one name "
+                         "(step-NNNNNN) inside its checkpoints/ folder")
+    return artifact_file(ckpt_root, name, str(latest))
+
+
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
     """A checkpoint directory from a step dir, a `checkpoints/` dir or a run dir (→ its latest)."""
     p = Path(path)
@@ -144,7 +160,7 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     for root in (p, p / "checkpoints"):
         latest = root / LATEST
         if latest.is_file():
-            target = root / latest.read_text().strip()
+            target = latest_target(root)
             if not (target / "model.safetensors").is_file():
                 raise UsageError(f"{latest} names {target.name}, which is missing or incomplete")
             return target

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from llmctl.artifacts.atomic import STDIO
 from llmctl.artifacts.files import LINK_TO_FOLDER, arrow_map, arrow_source, problem, shown
 from llmctl.artifacts.hf_saved import METADATA_FILES, saved_dataset_files
-from llmctl.artifacts.manifest import MANIFEST, input_ref, read_manifest
+from llmctl.artifacts.manifest import MANIFEST, artifact_file, input_ref, read_manifest
 from llmctl.artifacts.stdin import StdinReader
 from llmctl.errors import UsageError
 
@@ -115,8 +115,8 @@ def _sources_of(p: Path, listed: bool = False) -> list[DocsSource]:
         m = read_manifest(p)
         if m.kind != "docs":
             raise UsageError(f"{p} is a {m.kind} artifact, not docs")
-        files = [o["file"] for o in m.outputs if not o["file"].startswith("rejected/")]
-        return [DocsSource(str(p / f), _fmt(f) or "parquet", f) for f in files]
+        files = [(i, o["file"]) for i, o in enumerate(m.outputs) if not o["file"].startswith("rejected/")]
+        return [DocsSource(str(artifact_file(p, f, f"{p / MANIFEST} outputs[{i}].file")), _fmt(f) or "parquet", f) for i, f in files]
     found = []
     for root, dirs, files in os.walk(p):  # links to folders come in dirs, and are never descended
         here = Path(root)

@@ -94,6 +94,8 @@ def output_lock(out: str | os.PathLike, slice_: tuple[int, int] | None = None, b
             _held[key].depth -= 1
         return
     created = None
+    if out.is_symlink() and not out.exists():  # mkdir would fail on it, a rename would replace it
+        raise UsageError(f"output {out} is a link to {os.readlink(out)}, which does not exist; remove it or pick another -o")
     if beside:
         out.parent.mkdir(parents=True, exist_ok=True)
     elif not out.is_dir():

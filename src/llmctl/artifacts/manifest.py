@@ -15,13 +15,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from llmctl.artifacts.atomic import write_text
+from llmctl.artifacts.atomic import MANIFEST, write_text
 from llmctl.artifacts.card import write_docs_card
 from llmctl.artifacts.files import shown, utf8_safe
 from llmctl.errors import UsageError
 from llmctl import __version__
-
-MANIFEST = "manifest.json"
 
 
 @dataclass
@@ -132,6 +130,9 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     problem = _shape_problem(data)
     if problem:
         raise UsageError(f"{p}: corrupt manifest ({problem})")
+    for i, o in enumerate(data.get("outputs", [])):
+        if (why := outside_name(o["file"])) is not None:
+            raise UsageError(f"{p}: outputs[{i}].file {o['file']!r} {why}{CLOSED}")
     known = {k: v for k, v in data.items() if k in Manifest.__dataclass_fields__}
     return Manifest(**known)
 
@@ -151,6 +152,44 @@ def _shape_problem(data) -> str | None:
     if not all(isinstance(i, dict) for i in data.get("inputs", [])):
         return "an 'inputs' entry that is not an object"
     return None
+
+
+CLOSED = "; an artifact names only its own files, by paths inside it"
+
+
+def outside_name(name: str) -> str | None:
+    """Why `name`, a file an artifact names of itself, could reach outside it: absolute, through
+    `..`, or empty; None when it stays inside. An artifact is closed over itself: a manifest or a
+    pointer that names another place would make a reader copy, train on or load what the artifact
+    never held (a planted `../other/part.parquet`, `/etc/shadow`)."""
+    if not name or name.strip() in ("", "."):
+        return "is empty"
+    if "\0" in name:
+        return "holds a NUL byte"
+    p = Path(name)
+    if p.is_absolute():
+        return "is an absolute path, outside the artifact"
+    if ".." in p.parts:
+        return "leaves the artifact through '..'"
+    return None
+
+
+def artifact_file(root: str | os.PathLike, name: str, where: str) -> Path:
+    """`root/name` for a file an artifact names of itself (`where`: the file and field that name
+    it, for the message), checked to lie inside `root` by its name and, after following links,
+    by where it really is; a usage error naming `where` otherwise."""
+    why = outside_name(name)
+    if why is not None:
+        raise UsageError(f"{where}: {name!r} {why}{CLOSED}")
+    root = Path(root)
+    path = root / name
+    try:
+        real, real_root = path.resolve(), root.resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop
+        raise UsageError(f"{where}: {name!r} cannot be resolved ({type(e).__name__}: {e})") from e
+    if not real.is_relative_to(real_root):
+        raise UsageError(f"{where}: {name!r} is a link to {real}, outside the artifact {root}{CLOSED}")
+    return path
 
 
 def error_place(e: dict) -> str:

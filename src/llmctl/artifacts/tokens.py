@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from llmctl.artifacts.atomic import sync_dir, temp_name
-from llmctl.artifacts.manifest import file_sha256, read_manifest
+from llmctl.artifacts.manifest import MANIFEST, artifact_file, file_sha256, read_manifest
 from llmctl.errors import UsageError
 
 META_SUFFIX = ".meta.parquet"  # a shard's kept docs columns: tokens-NNNNN.meta.parquet
@@ -137,8 +137,9 @@ class TokenDataset:
             self.verify()
 
     def _checked_size(self, name: str) -> int:
-        """The file's size, which must be what the manifest recorded."""
-        f = self.path / name
+        """The file's size, which must be what the manifest recorded; the file must lie inside the
+        artifact (a link out of it is a usage error, like a manifest naming `../`)."""
+        f = artifact_file(self.path, name, f"{self.path / MANIFEST} outputs")
         try:
             size = f.stat().st_size
         except FileNotFoundError:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from llmctl.artifacts.atomic import STDIO, prepare_new_out
+from llmctl.artifacts.card import CARD
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.docs import open_docs_inputs
 from llmctl.artifacts.docs_write import DocsSink
@@ -43,7 +44,7 @@ def _run_cat(inputs: list[str], out: str, cfg: CatConfig, progress: Progress | N
         raise UsageError(f"--rows-per-part must be >= 1, got {cfg.rows_per_part}")
     t0 = time.perf_counter()
     stage = "head" if cfg.limit is not None else "cat"
-    prepare_new_out(out, cfg.overwrite)
+    prepare_new_out(out, cfg.overwrite, own=("part-*.parquet", CARD))  # what DocsSink and the card leave before the manifest
     docs = open_docs_inputs(inputs, stdin=stdin)
     sink = DocsSink(out, docs.schema, rows_per_part=cfg.rows_per_part, stdout=stdout)
     progress.start(cfg.limit, "docs", stage)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from llmctl.artifacts.atomic import directory_only
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.docs import open_docs_inputs
 from llmctl.artifacts.manifest import error_place
@@ -139,6 +140,7 @@ def file_name(stat: str) -> str:
 def write_histograms(inputs: list[str], out_dir: str, bins: int = 50, progress: Progress | None = None) -> list[Path]:
     """Write OUT_DIR/<step>.<statistic>.png for every stats column of an annotated docs input, and
     OUT_DIR/summary.json; return the PNG paths in column order."""
+    directory_only(out_dir, "a histograms folder")
     with output_lock(out_dir):
         return _write_histograms(inputs, out_dir, bins, progress)
 

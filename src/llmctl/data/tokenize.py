@@ -56,7 +56,7 @@ def train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig, 
 def _train_tokenizer(inputs: list[str], out: str, cfg: bpe.TrainTokenizerConfig, progress: Progress | None) -> Manifest:
     progress = progress or Progress()
     t0 = time.perf_counter()
-    prepare_new_out(out, cfg.overwrite)
+    prepare_new_out(out, cfg.overwrite, own=("tokenizer.json",))  # written before the manifest
     stream = open_docs_inputs(inputs, skip_empty=True) if inputs == [STDIO] else None  # hashed as it is read
     sources = resolve_docs_inputs(inputs) if stream is None else []
     source_schemas(sources)  # a file without a string text column is a usage error, before any work

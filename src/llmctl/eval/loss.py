@@ -18,13 +18,25 @@ import torch
 import torch.nn.functional as F
 
 from llmctl.artifacts.tokens import TokenDataset
+from llmctl.errors import UsageError
 
 
 def token_byte_lengths(tokenizer_json: str | Path, size: int) -> np.ndarray:
-    """UTF-8 bytes each id decodes to (0 for special/added tokens and unused padded ids)."""
+    """UTF-8 bytes each id decodes to (0 for special/added tokens and unused padded ids). A file
+    that is empty, not JSON or not a tokenizer's shape is one usage error naming it."""
+    path = Path(tokenizer_json)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        return _byte_lengths(data, size)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"{path}: not a Hugging Face tokenizer.json ({type(e).__name__}: {e})") from e
+
+
+def _byte_lengths(data: dict, size: int) -> np.ndarray:
     from tokenizers import Tokenizer
 
-    data = json.loads(Path(tokenizer_json).read_text(encoding="utf-8"))
     lengths = np.zeros(size, dtype=np.int64)
     added = {t["id"] for t in data.get("added_tokens", [])}
     pre = json.dumps(data.get("pre_tokenizer") or {})
@@ -34,7 +46,10 @@ def token_byte_lengths(tokenizer_json: str | Path, size: int) -> np.ndarray:
             if idx < size and idx not in added:
                 lengths[idx] = len(token)
         return lengths
-    tok = Tokenizer.from_str(json.dumps(data))
+    try:
+        tok = Tokenizer.from_str(json.dumps(data))
+    except Exception as e:  # tokenizers raises a bare Exception on a shape it cannot read
+        raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
     for idx in range(min(size, tok.get_vocab_size(with_added_tokens=True))):
         if idx not in added:
             lengths[idx] = len(tok.decode([idx], skip_special_tokens=False).encode("utf-8"))

@@ -47,6 +47,7 @@ from llmctl.torchrt.rundir import RunDir
 
 NORMS = ("none", "per_char", "per_token", "pmi")  # acc, acc_norm (the harness's two) first
 PMI_CONTEXT = "Answer:"  # ln P(o | "Answer:") is what pmi subtracts (§A10)
+EVAL_RESULTS = ("results.json", "samples.parquet", "manifest.json")  # what eval writes into OUT (RunDir entries)
 
 
 @dataclass
@@ -220,13 +221,13 @@ def run_eval(checkpoint: str, tasks: list[TaskSpec], out: Path, cfg: EvalConfig,
              progress: Progress | None = None, overwrite: bool = False) -> Manifest:
     if not tasks:
         raise UsageError("no --task given (e.g. --task mc:examples/tasks/cloze.jsonl)")
-    with rundir.lock(out):
+    with rundir.lock(out, "an eval results folder"):
         return _run_eval(checkpoint, tasks, out, cfg, progress, overwrite)
 
 
 def _run_eval(checkpoint: str, tasks: list[TaskSpec], out: Path, cfg: EvalConfig, progress: Progress | None,
               overwrite: bool) -> Manifest:
-    run_dir = RunDir(out, resumable=False)
+    run_dir = RunDir(out, entries=EVAL_RESULTS, resumable=False)
     run_dir.check(overwrite=overwrite)  # eval's own files are replaced atomically at the end
     started = time.perf_counter()
     ev = Evaluator(checkpoint, cfg, progress)

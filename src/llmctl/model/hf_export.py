@@ -22,9 +22,10 @@ from pathlib import Path
 
 from safetensors.torch import save_file
 
-from llmctl.artifacts.atomic import atomic_path, prepare_new_out
-from llmctl.artifacts.checkpoint import TOKENIZER_FILES, copy_tokenizer_files
+from llmctl.artifacts.atomic import atomic_path, directory_only, prepare_new_out
+from llmctl.artifacts.checkpoint import TOKENIZER_FILES, copy_tokenizer_files, owner_artifact
 from llmctl.artifacts.lock import output_lock
+from llmctl.artifacts.manifest import Manifest, input_ref, output_entry, write_manifest
 from llmctl.errors import UsageError
 from llmctl.model.hf_layout import hf_config, hf_state_dict
 from llmctl.model.load import load_checkpoint
@@ -53,6 +54,7 @@ def export_hf(checkpoint: str | Path, out: Path, overwrite: bool = False, weight
     """Write `out` whole or not at all (built under a temporary name, then renamed; locked beside
     it, since a directory holding a lock file could not be renamed onto). `weights`: the
     checkpoint's EMA weights where it has them (auto), or ema / raw (artifacts/checkpoint.py)."""
+    directory_only(out, "a Hugging Face model")
     with output_lock(out, beside=True):
         return _export_hf(checkpoint, Path(out), overwrite, weights)
 
@@ -85,4 +87,9 @@ def _export_hf(checkpoint: str | Path, out: Path, overwrite: bool, weights: str)
             gen_cfg = {**json.loads((vocab.folder / "generation_config.json").read_text())} if (vocab.folder / "generation_config.json").is_file() else {}
             gen_cfg.update({k: v for k, v in gen.items() if v is not None})
             (tmp / TOKENIZER_FILES[3]).write_text(json.dumps(gen_cfg, indent=2) + "\n")
+        # the manifest marks the folder as llmctl's (a later --overwrite may replace it; a downloaded
+        # model in its place it refuses to) and names the checkpoint it came from, for lineage
+        write_manifest(tmp, Manifest(kind="hf", stage="export", config={"weights": ckpt.weights},
+                                     inputs=[input_ref(owner_artifact(ckpt.path))],
+                                     outputs=[output_entry(f, None, tmp) for f in sorted(tmp.iterdir()) if f.is_file()]))
     return out

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from llmctl.artifacts.atomic import prepare_new_out
-from llmctl.artifacts.checkpoint import TOKENIZER_FILES, save_checkpoint
+from llmctl.artifacts.atomic import directory_only, prepare_new_out
+from llmctl.artifacts.checkpoint import LATEST, TOKENIZER_FILES, save_checkpoint
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
 from llmctl.errors import UsageError
@@ -80,6 +80,7 @@ def generation_config(src: Path, hf: dict) -> dict:
 def import_hf(src: str | Path, out: str | Path, chat: bool | None = None, overwrite: bool = False) -> Path:
     """Write `out/step-000000/` (and `out/latest`, `out/manifest.json`) from a Hugging Face model
     directory: config.json, model.safetensors (single or sharded), tokenizer.json (+ its siblings)."""
+    directory_only(out, "a checkpoint")
     with output_lock(out):
         return _import_hf(Path(src), Path(out), chat, overwrite)
 
@@ -104,7 +105,7 @@ def _import_hf(src: Path, out: Path, chat: bool | None, overwrite: bool) -> Path
         chat = vocab.speaks_chat(eos)
     elif chat:
         vocab.require_chat()
-    prepare_new_out(out, overwrite)
+    prepare_new_out(out, overwrite, own=("step-*", LATEST))  # what save_checkpoint writes before the manifest
     # A table padded for the matmuls (ours on export, some releases) keeps the tokenizer's size as
     # vocab_size when the padded size is the same, so ids past the tokenizer are never sampled.
     if vocab.size < cfg.vocab_size and ModelConfig.from_dict({**cfg.to_dict(), "vocab_size": vocab.size}).padded_vocab == cfg.padded_vocab:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from llmctl.artifacts.atomic import STDIO, clear_dir, disk_error, entries, remove_stale_temps, write_text
+from llmctl.artifacts.atomic import SHARDS_DIR, STDIO, check_overwrite, clear_dir, disk_error, entries, remove_stale_temps, write_text
 from llmctl.artifacts.docs import unify_schemas
 from llmctl.artifacts.docs_write import DocsSink
 from llmctl.artifacts.lock import output_lock
@@ -47,7 +47,6 @@ from llmctl.runtime.options import RunOptions
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.split import select_shard
 
-SHARDS_DIR = ".shards"
 RUN_FILE = "run.json"
 
 
@@ -133,6 +132,7 @@ def prepare_out(out: Path, stage: str, ident: dict, overwrite: bool, clean_temps
     starting = names == [SHARDS_DIR] and not run_file.exists()  # another job of the array is creating OUT right now
     if names and not starting:
         if not run_file.exists():
+            check_overwrite(out, (SHARDS_DIR,))  # someone's files: --overwrite would not remove them either
             raise UsageError(f"output {out} is not empty and was not written by llmctl {stage}; use --overwrite")
         try:
             recorded = json.loads(run_file.read_text())

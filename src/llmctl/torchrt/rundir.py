@@ -8,7 +8,8 @@ and eval (docs/design.md §2 for the files, §3 for output preparation).
 
 The caller holds OUT's lock around the whole run (`lock`: rank 0 only under torchrun).
 A new run needs OUT to be new or empty, or --overwrite, which removes the entries this kind of
-run writes (and nothing else in OUT). --resume needs a checkpoint, and a saved config.json that
+run writes (and nothing else in OUT), in an OUT that is llmctl's: its manifest, or only entries
+such a run writes (atomic.check_overwrite). --resume needs a checkpoint, and a saved config.json that
 agrees with this command's on the keys the caller names; resuming drops the metrics records past
 the checkpoint, since those steps run again. Under torchrun every rank calls every method: rank 0
 alone touches the disk, and barriers keep the other ranks from running ahead of it.
@@ -22,7 +23,7 @@ import shutil
 from pathlib import Path
 
 from llmctl.artifacts import checkpoint as ckpt_io
-from llmctl.artifacts.atomic import entries, write_text
+from llmctl.artifacts.atomic import check_overwrite, directory_only, entries, write_text
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, write_manifest
 from llmctl.errors import UsageError
@@ -68,8 +69,10 @@ class Metrics:
         self.close()
 
 
-def lock(out: str | Path):
-    """OUT's lock for a train, rl or eval run: taken by rank 0 (torchrun's RANK), the one that writes."""
+def lock(out: str | Path, what: str = "a run"):
+    """OUT's lock for a train, rl or eval run: taken by rank 0 (torchrun's RANK), the one that
+    writes. A run is a folder: `-o -` is refused here, before anything is made."""
+    directory_only(out, what)
     return output_lock(out, enabled=int(os.environ.get("RANK", "0")) == 0)
 
 
@@ -109,10 +112,14 @@ class RunDir:
     def check(self, resume: bool = False, overwrite: bool = False, expect: dict | None = None) -> None:
         """The usage errors, touching nothing: a new run needs OUT new, empty or --overwrite; --resume
         needs a checkpoint, and config.json's saved values of the keys in `expect` must be these."""
+        if self.out.exists() and not self.out.is_dir():
+            raise UsageError(f"output {self.out} exists and is not a directory; remove it or pick another -o")
         if not resume:
             if entries(self.out) and not overwrite:
+                check_overwrite(self.out, self.entries)  # someone's files: --overwrite would not remove them either
                 hint = ": pass --resume to continue it or --overwrite to start over" if self.resumable else " (pass --overwrite)"
                 raise UsageError(f"{self.out} is not empty{hint}")
+            check_overwrite(self.out, self.entries)  # a run started over replaces its own entries, in a run's folder
             return
         if not ckpt_io.list_checkpoints(self.checkpoints):
             raise UsageError(f"--resume: {self.checkpoints} holds no checkpoint")

@@ -10,6 +10,7 @@ import json
 from collections.abc import Collection
 from pathlib import Path
 
+from llmctl.artifacts.atomic import directory_only
 from llmctl.artifacts.lock import output_lock
 from llmctl.errors import UsageError
 
@@ -69,6 +70,7 @@ def unigram_floor(run: Path) -> float | None:
 
 def plot_run(run: Path, out: Path, only: Collection[str] | None = None) -> list[Path]:
     """The run's curves as PNGs in `out`; `only`: just these file names (e.g. {"loss.png"})."""
+    directory_only(out, "a plots folder")
     with output_lock(out):
         return _plot_run(run, out, only)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from llmctl.artifacts.checkpoint import owner_artifact
-from llmctl.artifacts.manifest import file_sha256, input_ref
+from llmctl.artifacts.manifest import MANIFEST, artifact_file, file_sha256, input_ref
 from llmctl.artifacts.tokens import TokenDataset
 from llmctl.errors import UsageError
 from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths, unigram_bits_per_byte
@@ -108,10 +108,21 @@ class PretrainData:
                 raise UsageError(f"train: {first} and {name} were tokenized with different tokenizers ({what}); tokenize every source with one")
 
     def _tokenizer_file(self) -> Path | None:
-        for cand in (self.train.path / "tokenizer.json", self.train.manifest.config.get("tokenizer")):
-            if cand and Path(cand).is_file():
-                return Path(cand)
-        return None
+        """The tokens artifact's own tokenizer.json (tokenize copies it in). The manifest's
+        `config.tokenizer` records where it came from; it is followed only when it names a file
+        inside the artifact, since a path elsewhere (`/etc/shadow`) would be read as the
+        tokenizer and copied into every checkpoint."""
+        own = self.train.path / "tokenizer.json"
+        if own.is_file():
+            return own
+        named = self.train.manifest.config.get("tokenizer")
+        if not named:
+            return None
+        where = f"{self.train.path / MANIFEST} config.tokenizer (the artifact has no tokenizer.json)"
+        if not isinstance(named, str):
+            raise UsageError(f"{where}: {named!r} is not a path")
+        cand = artifact_file(self.train.path, named, where)
+        return cand if cand.is_file() else None
 
     def _budget(self, cfg: TrainConfig, budget_from: str | None) -> tuple[TrainConfig, list[str]]:
         """max_tokens cut to what the capped sources hold (whole batches), when that is less."""

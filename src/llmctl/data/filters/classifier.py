@@ -390,7 +390,7 @@ def _train_classifier(positive: list[str], negative: list[str], out: str, cfg: T
         raise UsageError("only one of --positive/--negative can read stdin ('-')")
     if out == STDIO:
         raise UsageError("train-classifier writes a directory; -o - is not possible")
-    prepare_new_out(out, cfg.overwrite)
+    prepare_new_out(out, cfg.overwrite, own=(MODEL_FILE, ".train-*"))  # written before the manifest; a killed run's scratch
     refs = [{**input_ref(p), "role": "positive"} for p in positive]
     refs += [{**input_ref(p), "role": "negative"} for p in negative]
 
