@@ -72,8 +72,13 @@ BOUNDS: dict[str, dict[str, Bound]] = {
     "TrainTokenizerConfig": {"vocab_size": COUNT, "max_chars": COUNT, "seed": SEED, "reserved": NONNEG, "min_frequency": COUNT},
     "TrainClassifierConfig": {"dim": COUNT, "lr": POSITIVE, "epoch": COUNT, "word_ngrams": COUNT, "min_count": COUNT, "bucket": COUNT,
                               "thread": COUNT, "holdout": SHARE_BELOW_1, "seed": SEED, "max_docs": COUNT},
-    "ModelConfig": {"vocab_size": COUNT, "n_layers": COUNT, "d_model": COUNT, "n_heads": COUNT, "n_kv_heads": COUNT, "head_dim": COUNT,
-                    "d_ff": COUNT, "max_seq_len": COUNT, "rope_base": POSITIVE, "norm_eps": POSITIVE, "init_std": POSITIVE},
+    # Sizes a downloaded config.json gives too: ceilings far above any release (Llama 3.1 405B: 126 layers, d 16,384,
+    # d_ff 53,248, 128 heads of 128; vocabularies to 262,144; contexts to 10M) and low enough that no tensor of the
+    # model overflows torch's 64-bit storage size (model/config.py checks the whole against the machine's memory)
+    "ModelConfig": {"vocab_size": Bound(1, 1 << 24), "n_layers": Bound(1, 1 << 12), "d_model": Bound(1, 1 << 17),
+                    "n_heads": Bound(1, 1 << 12), "n_kv_heads": Bound(1, 1 << 12), "head_dim": Bound(1, 1 << 12),
+                    "d_ff": Bound(1, 1 << 20), "max_seq_len": Bound(1, 1 << 24), "rope_base": POSITIVE, "norm_eps": POSITIVE,
+                    "init_std": POSITIVE},
     "TrainConfig": {
         "seq_len": COUNT, "batch_tokens": COUNT, "micro_batch": COUNT, "max_tokens": COUNT, "max_steps": COUNT,
         "lr": POSITIVE, "warmup_tokens": NONNEG, "warmup_frac": SHARE, "cooldown_frac": SHARE, "final_lr_frac": SHARE,
