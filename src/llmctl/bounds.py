@@ -131,8 +131,12 @@ BOUNDS: dict[str, dict[str, Bound]] = {
     "TrainTokenizerConfig": {"vocab_size": VOCAB, "max_chars": COUNT, "seed": SEED, "reserved": NONNEG, "min_frequency": COUNT},
     "TrainClassifierConfig": {"dim": COUNT, "lr": LR, "epoch": COUNT, "word_ngrams": COUNT, "min_count": COUNT, "bucket": COUNT,
                               "thread": THREADS, "holdout": SHARE_BELOW_1, "seed": SEED, "max_docs": COUNT},
-    "ModelConfig": {"vocab_size": VOCAB, "n_layers": COUNT, "d_model": COUNT, "n_heads": COUNT, "n_kv_heads": COUNT, "head_dim": COUNT,
-                    "d_ff": COUNT, "max_seq_len": COUNT, "rope_base": POSITIVE, "norm_eps": POSITIVE,
+    # Sizes a downloaded config.json gives too: ceilings far above any release (Llama 3.1 405B: 126 layers, d 16,384,
+    # d_ff 53,248, 128 heads of 128; vocabularies to 262,144; contexts to 10M) and low enough that no tensor of the
+    # model overflows torch's 64-bit storage size (model/config.py checks the whole against the machine's memory)
+    "ModelConfig": {"vocab_size": VOCAB, "n_layers": Bound(1, 1 << 12), "d_model": Bound(1, 1 << 17),
+                    "n_heads": Bound(1, 1 << 12), "n_kv_heads": Bound(1, 1 << 12), "head_dim": Bound(1, 1 << 12),
+                    "d_ff": Bound(1, 1 << 20), "max_seq_len": Bound(1, 1 << 24), "rope_base": POSITIVE, "norm_eps": POSITIVE,
                     "init_std": at_most(0, 1, "weights start near 0.02; past 1 the first forward overflows", lo_open=True)},
     "TrainConfig": {
         "seq_len": COUNT, "batch_tokens": COUNT, "micro_batch": COUNT, "max_tokens": COUNT, "max_steps": COUNT,
@@ -230,11 +234,20 @@ def within_context(where: str, value: int, context: int, default: int | None = N
 
 
 def machine_memory() -> int:
-    """Bytes of physical memory on this machine."""
+    """Bytes of memory this process can have: the physical memory, or its cgroup's limit below it."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: no ceiling known
         return 1 << 62
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                limit = f.read().strip()
+        except OSError:
+            continue
+        if limit.isdigit():
+            total = min(total, int(limit))
+    return total
 
 
 def check_fits(what: str, nbytes: int) -> None:

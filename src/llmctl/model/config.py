@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmctl.bounds import check_fits, check_value
 from llmctl.errors import UsageError
 from llmctl.model.flops import training_flops_per_token
 
@@ -44,20 +46,20 @@ class ModelConfig:
     init_std: float = 0.02  # N(0, 0.02^2); residual output projections get 0.02/sqrt(2L) (§A7)
 
     def __post_init__(self) -> None:
+        # Every way a config is made passes here (a TOML, a checkpoint's or a release's config.json,
+        # code), so no size reaches torch before it is an integer in its range (bounds.py).
+        check_fields(self.__dict__, "model")
         if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
         if self.head_dim is None:
-            if self.n_heads <= 0 or self.d_model % self.n_heads:
+            if self.d_model % self.n_heads:
                 raise UsageError(
                     f"model: n_heads ({self.n_heads}) must divide d_model ({self.d_model})"
                 )
             self.head_dim = self.d_model // self.n_heads
         if self.d_ff is None:
             self.d_ff = 64 * math.ceil(8 * self.d_model / 3 / 64)
-        for name in ("vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim",
-                     "d_ff", "max_seq_len"):
-            if getattr(self, name) <= 0:
-                raise UsageError(f"model: {name} must be positive, got {getattr(self, name)}")
+        check_fields(self.__dict__, "model")
         if self.n_heads % self.n_kv_heads:
             raise UsageError(
                 f"model: n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})"
@@ -66,6 +68,8 @@ class ModelConfig:
             raise UsageError(f"model: head_dim ({self.head_dim}) must be even for RoPE")
         if self.rope_scaling is not None:
             check_rope_scaling(self.rope_scaling)
+            if self.rope_scaling["rope_type"] == "dynamic" and self.head_dim <= 2:
+                raise UsageError(f"model: dynamic RoPE scaling needs a head_dim above 2, got {self.head_dim}")
 
     # -- sizes ---------------------------------------------------------------------------------
 
@@ -112,6 +116,17 @@ class ModelConfig:
         """2·L·h_kv·d_h·e (§B15)."""
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim * bytes_per_element
 
+    def memory_bytes(self, bytes_per_param: int = 4, rope: bool = True) -> int:
+        """What building the model takes: its parameters, and the RoPE tables for max_seq_len
+        (cos and sin, with the angles they are computed from)."""
+        return self.n_params() * bytes_per_param + (4 * self.max_seq_len * self.head_dim * 4 if rope else 0)
+
+    def check_memory(self, where: str = "model", bytes_per_param: int = 4, rope: bool = True) -> None:
+        """A one-line UsageError when the model cannot fit in this machine's memory: sizes each in
+        range can still multiply past it, and torch would be killed (or fail deep inside) trying."""
+        context = f" and a {self.max_seq_len:,}-token context" if rope else ""
+        check_fits(f"{where}: a model of {self.n_params():,} parameters{context}", self.memory_bytes(bytes_per_param, rope))
+
     # -- files ---------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,11 +134,56 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "model") -> ModelConfig:
+        """The config a file holds (a checkpoint's config.json, a run's `model`); every error names `where`."""
+        if not isinstance(d, dict):
+            raise UsageError(f"{where}: must hold a JSON object of model settings, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise UsageError(f"{where}: unknown model key(s) {', '.join(unknown)}")
-        return cls(**d)
+        check_fields(d, where)
+        if d.get("rope_scaling") is not None:
+            check_rope_scaling(d["rope_scaling"], where)
+        return build(cls, d, where)
+
+
+def build(cls, values: dict[str, Any], where: str) -> ModelConfig:
+    """cls(**values), its consistency errors (heads that do not divide, ...) said of `where`."""
+    try:
+        return cls(**values)
+    except UsageError as e:
+        raise UsageError(f"{where}: {str(e).removeprefix('model: ')}") from e
+
+
+INT_FIELDS = ("vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "max_seq_len")
+FLOAT_FIELDS = ("rope_base", "norm_eps", "init_std")
+BOOL_FIELDS = ("tied", "qk_norm", "qkv_bias", "o_bias")
+DERIVED = ("n_kv_heads", "head_dim", "d_ff")  # None: derived from the others
+
+
+def shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_fields(values: Mapping[str, Any], where: str, names: Mapping[str, str] | None = None) -> None:
+    """Each model setting in `values` of its type (an integer, a number, true or false), finite and
+    in its range (bounds.BOUNDS["ModelConfig"]); `names` maps a field to the key the file calls it."""
+    names = names or {}
+    for field in INT_FIELDS + FLOAT_FIELDS + BOOL_FIELDS:
+        if field not in values or (values[field] is None and field in DERIVED):
+            continue
+        value, key = values[field], f"{where}: {names.get(field, field)}"
+        if field in BOOL_FIELDS:
+            if not isinstance(value, bool):
+                raise UsageError(f"{key} must be true or false, got {shown(value)}")
+            continue
+        kind = int if field in INT_FIELDS else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise UsageError(f"{key} must be {'an integer' if kind is int else 'a number'}, got {shown(value)}")
+        if not math.isfinite(value):
+            raise UsageError(f"{key} must be finite, got {value}")
+        check_value("ModelConfig", field, value, key)
 
 
 ROPE_SCALINGS = {  # rope_type -> the keys transformers reads for it
@@ -133,10 +193,21 @@ ROPE_SCALINGS = {  # rope_type -> the keys transformers reads for it
 }
 
 
-def check_rope_scaling(rs: dict) -> None:
+def check_rope_scaling(rs: Any, where: str = "model", key: str = "rope_scaling") -> None:
+    """A rope_scaling object of a supported type, each of its numbers finite and positive."""
     kind = rs.get("rope_type") if isinstance(rs, dict) else None
+    if not isinstance(rs, dict):
+        raise UsageError(f"{where}: {key} must be an object, got {shown(rs)}")
     if kind not in ROPE_SCALINGS:
-        raise UsageError(f"model: rope_scaling type {kind!r} is not supported ({', '.join(ROPE_SCALINGS)} are)")
-    missing = [k for k in ROPE_SCALINGS[kind] if not isinstance(rs.get(k), (int, float))]
-    if missing:
-        raise UsageError(f"model: rope_scaling {kind} needs {', '.join(missing)}")
+        raise UsageError(f"{where}: {key} type {shown(kind)} is not supported ({', '.join(ROPE_SCALINGS)} are)")
+    for name in ROPE_SCALINGS[kind]:
+        value = rs.get(name)
+        whole = name == "original_max_position_embeddings"
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+            raise UsageError(f"{where}: {key} {kind} needs {name} as {'an integer' if whole else 'a number'}, got {shown(value)}")
+        if not math.isfinite(value) or value <= 0 or (whole and value > 1 << 24):
+            raise UsageError(f"{where}: {key} {name} must be {'between 1 and 16777216' if whole else 'finite and > 0'}, "
+                             f"got {value}")
+    if kind == "llama3" and rs["high_freq_factor"] <= rs["low_freq_factor"]:
+        raise UsageError(f"{where}: {key} high_freq_factor ({rs['high_freq_factor']}) must be above low_freq_factor "
+                         f"({rs['low_freq_factor']})")

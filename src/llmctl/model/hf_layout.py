@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from llmctl.errors import UsageError
-from llmctl.model.config import ROPE_SCALINGS, ModelConfig
+from llmctl.model.config import ROPE_SCALINGS, ModelConfig, build, check_fields, check_rope_scaling, shown
 
 if TYPE_CHECKING:  # torch is imported where tensors are handled: `llmctl plan` reads configs only
     import torch
@@ -39,90 +39,112 @@ REFUSED = {
 }
 
 
-def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
+HF_KEYS = {  # our field -> the config.json key it is read from (its messages name that key)
+    "vocab_size": "vocab_size", "n_layers": "num_hidden_layers", "d_model": "hidden_size", "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads", "head_dim": "head_dim", "d_ff": "intermediate_size",
+    "max_seq_len": "max_position_embeddings", "rope_base": "rope_theta", "norm_eps": "rms_norm_eps", "tied": "tie_word_embeddings",
+}
+HF_DEFAULTS = {"max_seq_len": 2048, "rope_base": 10000.0, "norm_eps": 1e-5, "tied": False}  # transformers' where a file has none
+
+
+def config_from_hf(hf: dict[str, Any], where: str = "HF config") -> ModelConfig:
     """The dimensions of a dense Llama-family config.json (no checks of what else it holds:
-    `llmctl plan` counts many families with it; import checks with `import_config`)."""
-    try:
-        d = hf["hidden_size"]
-        h = hf["num_attention_heads"]
-        rope = hf.get("rope_parameters") if isinstance(hf.get("rope_parameters"), dict) else {}
-        return ModelConfig(
-            vocab_size=hf["vocab_size"],
-            n_layers=hf["num_hidden_layers"],
-            d_model=d,
-            n_heads=h,
-            n_kv_heads=hf.get("num_key_value_heads") or h,
-            head_dim=hf.get("head_dim") or (d // h if d % h == 0 else None),
-            d_ff=hf["intermediate_size"],
-            max_seq_len=hf.get("max_position_embeddings", 2048),
-            # transformers ≥ 5 nests rope_theta in rope_parameters; released files keep it at the top
-            rope_base=float(hf.get("rope_theta") or rope.get("rope_theta") or 10000.0),
-            norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
-            tied=bool(hf.get("tie_word_embeddings", False)),
-        )
-    except KeyError as e:
-        raise UsageError(f"HF config lacks {e.args[0]!r}") from e
+    `llmctl plan` counts many families with it; import checks with `import_config`). Each value is
+    checked (type, finite, range) before anything is sized by it, the error naming its key."""
+    if not isinstance(hf, dict):
+        raise UsageError(f"{where}: must hold a JSON object, got {type(hf).__name__}")
+    for key in ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size"):
+        if hf.get(key) is None:
+            raise UsageError(f"{where}: lacks {key!r}")
+    values = {ours: hf.get(key) for ours, key in HF_KEYS.items()}
+    names = dict(HF_KEYS)
+    rope = hf.get("rope_parameters")
+    if values["rope_base"] is None and isinstance(rope, dict) and rope.get("rope_theta") is not None:
+        # transformers ≥ 5 nests rope_theta in rope_parameters; released files keep it at the top
+        values["rope_base"], names["rope_base"] = rope["rope_theta"], "rope_parameters.rope_theta"
+    values.update({k: v for k, v in HF_DEFAULTS.items() if values[k] is None})
+    check_fields(values, where, names)
+    d, h = values["d_model"], values["n_heads"]
+    if values["n_kv_heads"] is None:
+        values["n_kv_heads"] = h
+    if values["head_dim"] is None and d % h == 0:
+        values["head_dim"] = d // h
+    values["rope_base"], values["norm_eps"] = float(values["rope_base"]), float(values["norm_eps"])
+    return build(ModelConfig, values, where)
 
 
 def _rope_scaling(hf: dict, where: str) -> dict | None:
-    rs = hf.get("rope_parameters") or hf.get("rope_scaling")
-    if not isinstance(rs, dict):
+    key = "rope_parameters" if hf.get("rope_parameters") else "rope_scaling"
+    rs = hf.get(key)
+    if rs is None:
         return None
+    if not isinstance(rs, dict):
+        raise UsageError(f"{where}: {key} must be an object, got {shown(rs)}")
     kind = rs.get("rope_type", rs.get("type", "default"))
     if kind in (None, "default"):
         return None
     if kind not in ROPE_SCALINGS:
         raise UsageError(f"{where}: RoPE scaling {kind!r} is not supported ({', '.join(['default', *ROPE_SCALINGS])} are)")
     out = {"rope_type": kind}
-    for key in ROPE_SCALINGS[kind]:
-        value = rs.get(key)
-        if value is None and key == "original_max_position_embeddings":
+    for name in ROPE_SCALINGS[kind]:
+        value = rs.get(name)
+        if value is None and name == "original_max_position_embeddings":
             value = hf.get("max_position_embeddings")  # transformers' fallback for dynamic
-        if not isinstance(value, (int, float)):
-            raise UsageError(f"{where}: rope_scaling {kind} lacks {key}")
-        out[key] = value
+        out[name] = value
+    check_rope_scaling(out, where, key)
     return out
 
 
-def _sliding_window_binds(hf: dict) -> int | None:
+def _sliding_window_binds(hf: dict, context: int) -> int | None:
     """The window size when some layer's sliding window is shorter than the context, else None."""
-    window, context = hf.get("sliding_window"), hf.get("max_position_embeddings") or 0
-    if not isinstance(window, int) or window >= context:
+    window = hf.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window >= context:
         return None
     layer_types = hf.get("layer_types")
     if isinstance(layer_types, list):  # transformers ≥ 4.53 names each layer's attention
         return window if "sliding_attention" in layer_types else None
     if hf.get("model_type") in ("qwen2", "qwen3"):  # windowed only when switched on, from max_window_layers up
-        on = hf.get("use_sliding_window", False) and hf.get("max_window_layers", 0) < hf.get("num_hidden_layers", 0)
+        first = hf.get("max_window_layers", 0)
+        on = hf.get("use_sliding_window", False) and (not isinstance(first, int) or first < hf["num_hidden_layers"])
         return window if on else None
     return window  # mistral: every layer
 
 
 def import_config(hf: dict[str, Any], where: str) -> ModelConfig:
     """ModelConfig of a released model's config.json, refusing what our decoder computes otherwise."""
+    if not isinstance(hf, dict):
+        raise UsageError(f"{where}: must hold a JSON object, got {type(hf).__name__}")
     archs = hf.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise UsageError(f"{where}: architectures must be a list of class names, got {shown(archs)}")
     mt = str(hf.get("model_type", ""))
     family = mt.split("_")[0] if mt.startswith("gemma") else mt
     if family in REFUSED:
         raise UsageError(f"{where}: {REFUSED[family]} (import reads {', '.join(ACCEPTED.values())})")
     if mt not in ACCEPTED or (archs and ACCEPTED[mt] not in archs):
-        raise UsageError(f"{where}: model_type {mt!r} ({', '.join(archs) or 'no architectures'}) is not supported; "
+        raise UsageError(f"{where}: model_type {shown(mt)} ({', '.join(archs) or 'no architectures'}) is not supported; "
                          f"import reads {', '.join(ACCEPTED.values())}")
+    for key in ("attention_bias", "mlp_bias", "use_sliding_window"):
+        if hf.get(key) is not None and not isinstance(hf[key], bool):
+            raise UsageError(f"{where}: {key} must be true or false, got {shown(hf[key])}")
     if hf.get("hidden_act", "silu") != "silu":
-        raise UsageError(f"{where}: hidden_act {hf['hidden_act']!r} is not supported (SwiGLU with silu only)")
+        raise UsageError(f"{where}: hidden_act {shown(hf['hidden_act'])} is not supported (SwiGLU with silu only)")
     if hf.get("mlp_bias"):
         raise UsageError(f"{where}: mlp_bias is not supported")
     if hf.get("partial_rotary_factor", 1.0) != 1.0:
-        raise UsageError(f"{where}: partial_rotary_factor {hf['partial_rotary_factor']} is not supported")
-    if (window := _sliding_window_binds(hf)) is not None:
-        raise UsageError(f"{where}: a sliding window of {window} tokens inside a {hf.get('max_position_embeddings')}-token "
+        raise UsageError(f"{where}: partial_rotary_factor {shown(hf['partial_rotary_factor'])} is not supported")
+    cfg = config_from_hf(hf, where)
+    context = cfg.max_seq_len if hf.get("max_position_embeddings") is not None else 0
+    if (window := _sliding_window_binds(hf, context)) is not None:
+        raise UsageError(f"{where}: a sliding window of {window} tokens inside a {cfg.max_seq_len}-token "
                          "context is not supported (full causal attention only)")
-    cfg = config_from_hf(hf)
     biased = bool(hf.get("attention_bias"))
     cfg.qkv_bias = mt == "qwen2" or biased
     cfg.o_bias = mt != "qwen2" and biased
     cfg.qk_norm = mt == "qwen3"
     cfg.rope_scaling = _rope_scaling(hf, where)
+    if cfg.rope_scaling and cfg.rope_scaling["rope_type"] == "dynamic" and cfg.head_dim <= 2:
+        raise UsageError(f"{where}: dynamic RoPE scaling needs a head_dim above 2, got {cfg.head_dim}")
     return cfg
 
 

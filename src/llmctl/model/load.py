@@ -10,6 +10,7 @@ weights.
     model_config(ck)                 the architecture, no tensor read
     load_checkpoint(path, weights)   metadata + architecture + one weights file's tensors
     load_model(path, device, ...)    the Transformer, weights in, eval mode (what inference loads)
+    check_shapes(cfg, tensors)       the weights against config.json, before a model is allocated
     apply_weights(model, tensors)    the strict name/shape check every load goes through
 """
 
@@ -55,9 +56,22 @@ def load_model(path: str | os.PathLike | Checkpoint, device: str | torch.device 
     """The Transformer of a checkpoint, weights loaded, in eval mode: by default the EMA weights
     where the checkpoint has them (`weights`: auto, ema or raw; the checkpoint's `weights` says which)."""
     ck = load_checkpoint(path, weights)
+    check_shapes(ck.config, ck.tensors, ck.path)  # before the model is allocated on the config's sizes
+    ck.config.check_memory(str(ck.path / "config.json"))
     model = Transformer(ck.config)
     apply_weights(model, ck.tensors, ck.path)
     return model.to(device).eval(), ck
+
+
+def check_shapes(cfg: ModelConfig, tensors: dict[str, torch.Tensor], where) -> None:
+    """Every tensor of the weights file of the shape config.json implies, checked on a model built
+    on the meta device (no memory), so a tampered config.json is one line, not an allocation."""
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in Transformer(cfg).state_dict().items()}
+    for name, t in tensors.items():
+        if name in expected and tuple(t.shape) != expected[name]:
+            raise UsageError(f"{where}: weights do not match config.json ({name} has shape {tuple(t.shape)}, "
+                             f"config.json implies {expected[name]})")
 
 
 def apply_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], where) -> None:

@@ -189,6 +189,8 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        if torch.get_default_device().type == "cpu":  # a meta build (shape checks) allocates nothing
+            cfg.check_memory()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.padded_vocab, cfg.d_model)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
