@@ -264,6 +264,22 @@ def test_a_latest_pointer_out_of_its_checkpoints_folder_is_refused(base, tmp_pat
     assert cases == 16
 
 
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json", "tokenizer.json"])
+def test_a_checkpoint_file_that_links_out_is_refused(base, tmp_path, name):
+    """A checkpoint is closed over itself too: its weights, config or tokenizer a link to a file
+    elsewhere (another run's, here) is one line naming the file, for export, eval and generate."""
+    other = copy(base / "run", tmp_path / "other")
+    run = copy(base / "run", tmp_path / "run")
+    step = next((run / "checkpoints").glob("step-*"))
+    (step / name).unlink()
+    (step / name).symlink_to(next((other / "checkpoints").glob("step-*")) / name)
+    for argv in (["export", run, "-o", tmp_path / "hf"],
+                 ["eval", run, "-t", f"loss:{base / 'tokens'}", "-o", tmp_path / "eval"],
+                 ["generate", run, "-p", "the river", "--max-new-tokens", "2"]):
+        refused(cli(*argv), name, "a link to")
+    assert not (tmp_path / "hf").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # --overwrite replaces only llmctl's own outputs
 

@@ -186,7 +186,7 @@ class Checkpoint:
     @property
     def tokenizer_file(self) -> Path | None:
         t = self.path / "tokenizer.json"
-        return t if t.is_file() else None
+        return own_file(self.path, t.name) if t.is_file() else None
 
     @property
     def step(self) -> int:
@@ -199,12 +199,13 @@ class Checkpoint:
 
     def ema_tensors(self) -> dict[str, torch.Tensor] | None:
         """ema.safetensors' tensors (None where the run kept no EMA)."""
-        return read_tensors(self.path / EMA_FILE) if self.has_ema else None
+        return read_tensors(own_file(self.path, EMA_FILE)) if self.has_ema else None
 
     def optimizer_state(self) -> dict | None:
         f = self.path / "optimizer.pt"
         if not f.is_file():
             return None
+        f = own_file(self.path, f.name)
         try:
             return torch.load(f, map_location="cpu", weights_only=True)
         except Exception as e:  # a truncated or foreign file: say which, never a traceback
@@ -226,14 +227,20 @@ def weights_file(ckpt: Path, weights: str = "raw") -> tuple[Path, str]:
     if weights == "ema" and not (ckpt / EMA_FILE).is_file():
         raise UsageError(f"--weights ema: {ckpt} has no {EMA_FILE} (the run was trained without --ema-decay)")
     if weights != "raw" and (ckpt / EMA_FILE).is_file():
-        return ckpt / EMA_FILE, "ema"
-    return ckpt / MODEL_FILE, "raw"
+        return own_file(ckpt, EMA_FILE), "ema"
+    return own_file(ckpt, MODEL_FILE), "raw"
+
+
+def own_file(ckpt: Path, name: str) -> Path:
+    """`ckpt/name`, refused (one line) when it is a link that leads out of the checkpoint: a
+    checkpoint is closed over itself like every artifact (save_checkpoint writes no link)."""
+    return artifact_file(ckpt, name, f"{ckpt}: {name}")
 
 
 def open_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """The checkpoint a step dir, `checkpoints/` dir or run dir names, its weights unread."""
     ckpt = resolve_checkpoint(path)
-    config_file, state_file = ckpt / "config.json", ckpt / "trainer_state.json"
+    config_file, state_file = own_file(ckpt, "config.json"), own_file(ckpt, "trainer_state.json")
     try:
         config = json.loads(config_file.read_text())
     except (OSError, json.JSONDecodeError) as e:
