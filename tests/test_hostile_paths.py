@@ -17,16 +17,10 @@ on one small tokenizer, tokens artifact, docs artifact and one-step run made onc
 
 from __future__ import annotations
 
-import gc
-import io
 import json
 import os
 import random
 import shutil
-import signal
-import traceback
-from contextlib import redirect_stderr, redirect_stdout
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,64 +28,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT
-from llmctl.cli import main
+from test_bad_input import Run, cli, done, usage_error
 
 # ---------------------------------------------------------------------------------------------
 # running commands
 
 
-@dataclass
-class Run:
-    args: tuple
-    code: int | str
-    out: str
-    err: str
-
-    def why(self) -> str:
-        return f"llmctl {' '.join(map(str, self.args))} -> {self.code}\n{self.err}"
-
-
-class _Hang(BaseException):
-    pass
-
-
-def _alarm(signum, frame):
-    raise _Hang()
-
-
-def cli(*args, timeout: int = 60) -> Run:
-    """`llmctl ARGS` in this process; an exception escaping main() (a traceback) is code "traceback"."""
-    out, err = io.StringIO(), io.StringIO()
-    code: int | str = 0
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(timeout)
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            main([str(a) for a in args])
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except _Hang:
-        pytest.fail(f"llmctl {' '.join(map(str, args))} did not finish in {timeout} s")
-    except BaseException:
-        code = "traceback"
-        err.write("Traceback (most recent call last):\n" + traceback.format_exc())
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-        gc.unfreeze()  # main() freezes what exists, for a process that ends after one command
-    return Run(args, code, out.getvalue(), err.getvalue())
-
-
 def refused(r: Run, *words: str) -> None:
     """Exit 2 with one line on stderr holding `words`, no traceback."""
-    assert r.code == 2, r.why()
-    assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r.why()
-    for w in words:
-        assert w in r.err, r.why()
+    usage_error(r, *words)
 
 
 def ok(r: Run) -> None:
-    assert r.code == 0 and "Traceback" not in r.err, r.why()
+    done(r)
 
 
 # ---------------------------------------------------------------------------------------------
