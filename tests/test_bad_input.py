@@ -35,6 +35,11 @@ from llmctl.cli import main
 from llmctl.data.filter import FilterConfig, run_filter
 from llmctl.runtime.options import RunOptions
 
+# a one-layer model of 32 wide that trains 2 steps of 128 tokens: what a case needs of a checkpoint
+TINY_TRAIN = ["--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.n_heads=2", "--set", "model.d_ff=64",
+              "--set", "model.max_seq_len=32", "--seq-len", "32", "--batch-tokens", "128", "--micro-batch", "4",
+              "--max-tokens", "256", "--threads", "1"]
+
 # ---------------------------------------------------------------------------------------------
 # running commands
 
@@ -164,9 +169,7 @@ def model(tmp_path_factory):
     pq.write_table(pa.table({"text": [" ".join(rng.choice(words) for _ in range(60)) for _ in range(200)]}), d / "docs.parquet")
     done(cli("tokenize", "train", d / "docs.parquet", "-o", d / "tok", "--vocab-size", "300", "--quiet"))
     done(cli("tokenize", d / "docs.parquet", "-o", d / "tokens", "-t", d / "tok", "--workers", "1", "--quiet"))
-    small = ["--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.n_heads=2", "--set", "model.d_ff=64",
-             "--set", "model.max_seq_len=32", "--seq-len", "32", "--batch-tokens", "128", "--micro-batch", "4",
-             "--max-tokens", "256", "--threads", "1"]
+    small = TINY_TRAIN
     done(cli("train", d / "tokens", "-o", d / "run", *small, "--quiet"))
     # a copy of the tokens whose first shard lost its last bytes
     shutil.copytree(d / "tokens", d / "truncated")

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from llmctl.bounds import BOUNDS
-from test_bad_input import cli, done, usage_error
+from test_bad_input import TINY_TRAIN, cli, done, usage_error
 
 VALUES = ("nan", "inf", "-inf", "1e30", str(2**70), "0", "-1")
 WORDS = "river mill grain town baskets bridge market morning bread stone wall lantern teapot kettle map ink".split()
@@ -73,9 +73,7 @@ def tiny(tmp_path_factory):
     done(cli("filter", d / "docs.parquet", "-o", d / "annotated", "--config", d / "filter.toml", "--annotate-only", "--workers", "1", "-q"))
     done(cli("tokenize", "train", d / "docs.parquet", "-o", d / "tok", "--vocab-size", "300", "-q"))
     done(cli("tokenize", d / "docs.parquet", "-o", d / "tokens", "-t", d / "tok", "--workers", "1", "-q"))
-    small = ["--set", "model.n_layers=1", "--set", "model.d_model=32", "--set", "model.n_heads=2", "--set", "model.d_ff=64",
-             "--set", "model.max_seq_len=32", "--seq-len", "32", "--batch-tokens", "128", "--micro-batch", "4",
-             "--max-tokens", "256", "--threads", "1"]
+    small = TINY_TRAIN
     done(cli("train", d / "tokens", "-o", d / "run", *small, "-q"))
     return {"dir": d, "small": small}
 
