@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import llmctl.artifacts.docs as docs
+import llmctl.artifacts.jsonl as jsonl
 from llmctl.artifacts.docs import DocsSource, ReadLog, read_source
 from test_bad_input import cli as run_cli
 
@@ -134,7 +134,7 @@ def rows_written(out: Path) -> int:
 
 
 def test_every_docs_reader_on_every_hostile_file(folders, tmp_path, monkeypatch):
-    monkeypatch.setattr(docs, "MAX_LINE_BYTES", LIMIT)
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", LIMIT)
     tally = {"cases": 0, "exit 0": 0, "exit 2": 0, "tracebacks": 0, "signals": 0}  # a hang fails the test in cli()
     failures = []
     for case, (_, extra_rows, skips) in CASES.items():
@@ -234,7 +234,7 @@ def test_a_40mb_line_loses_nothing_after_it(tmp_path):
 
 @pytest.mark.parametrize("gz", [False, True])
 def test_the_line_limit_is_exact_and_holds_in_gzip(tmp_path, monkeypatch, gz):
-    monkeypatch.setattr(docs, "MAX_LINE_BYTES", 100)
+    monkeypatch.setattr(jsonl, "MAX_LINE_BYTES", 100)
 
     def line(n: int) -> bytes:
         return b'{"text": "' + b"b" * (n - 12) + b'"}'

@@ -11,27 +11,21 @@ from __future__ import annotations
 
 import bisect
 import glob
-import gzip
-import io
-import json
 import os
-import re
 import sys
-import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from llmctl.artifacts.atomic import STDIO
-from llmctl.artifacts.files import LINK_TO_FOLDER, arrow_map, arrow_source, problem, shown
+from llmctl.artifacts.files import DAMAGE, LINK_TO_FOLDER, arrow_map, arrow_source, problem, shown
 from llmctl.artifacts.hf_saved import METADATA_FILES, saved_dataset_files
+from llmctl.artifacts.jsonl import jsonl_batches
 from llmctl.artifacts.manifest import MANIFEST, artifact_file, input_ref, read_manifest
 from llmctl.artifacts.stdin import StdinReader
 from llmctl.errors import UsageError
@@ -42,12 +36,6 @@ JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjso
 STREAM_FORMAT = "arrow"  # what a docs stream on stdin is: Arrow IPC, as `-o -` writes it
 COMPRESSION = "zstd"
 BATCH_ROWS = 8192
-# The longest JSONL line read as a row, in bytes without its newline: a longer one is damage,
-# counted with its line number and skipped without being held in memory, and reading goes on at
-# the next line (a line of 2 GiB costs what 16 MiB does). Long web documents fit many times over
-# (FineWeb's longest are a few MB of text); a reader that buffered any line would let one line
-# take the machine's memory. Read at each file's opening, so a test or a library caller can set it.
-MAX_LINE_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -162,8 +150,6 @@ def _file_sources(p: Path, listed: bool) -> list[DocsSource]:
 # without a `text` column, a `text` column that does not hold strings, inputs of which no file
 # opens at all (nothing good to keep).
 
-# What pyarrow, gzip and the OS raise on bytes that are not what they should be.
-DAMAGE = (pa.ArrowException, OSError, EOFError, zlib.error)
 
 
 @dataclass
@@ -248,7 +234,7 @@ def read_source(source: DocsSource, batch_rows: int = BATCH_ROWS, columns: list[
     elif source.fmt == "arrow":
         raw = _arrow_source_batches(source, batch_rows, columns, log)
     else:
-        raw = _jsonl_batches(source, log)
+        raw = jsonl_batches(source, log)
     for batch, rows in raw:
         yield _normalize(batch, source, rows, log, skip_empty)
 
@@ -287,10 +273,11 @@ def _parquet_file_batches(pf: pq.ParquetFile, source: DocsSource, batch_rows: in
         for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):  # the whole file's batches
             yield batch, row
             row += batch.num_rows
+    except DAMAGE:  # which group failed is found below: reading ahead may fail before a good group is out
+        groups = range(bisect.bisect_right(starts, row) - 1, n_groups)
+    else:
         return
-    except DAMAGE:
-        pass  # which group failed is found below: reading ahead may fail before a good group is out
-    for group in range(bisect.bisect_right(starts, row) - 1, n_groups):
+    for group in groups:
         done = row - starts[group]  # rows of this group already yielded
         try:
             for batch in pf.iter_batches(batch_size=batch_rows, columns=cols, row_groups=[group]):
@@ -343,186 +330,6 @@ def _arrow_source_batches(source: DocsSource, batch_rows: int, columns: list[str
             row += batch.num_rows
     except DAMAGE as e:
         log.damage(source, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}; the rest of the file was not read", row=row)
-
-
-# A JSON string escape of a UTF-16 surrogate: only a line holding one can decode to a lone surrogate.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
-
-
-def _json_kinds(value: dict, prefix: str = "") -> Iterator[tuple[str, str]]:
-    """(path, JSON type) of every non-null value in a row, nested ones included, named as
-    pyarrow's JSON reader names columns (/a/b, /list[])."""
-    for k, v in value.items():
-        path = f"{prefix}/{k}"
-        yield from _kinds_of(path, v)
-
-
-def _kinds_of(path: str, v) -> Iterator[tuple[str, str]]:
-    if v is None:
-        return
-    if isinstance(v, str):
-        yield path, "string"
-    elif isinstance(v, bool):
-        yield path, "boolean"
-    elif isinstance(v, (int, float)):
-        yield path, "number"  # pyarrow widens integers to floats within a column
-    elif isinstance(v, dict):
-        yield path, "object"
-        yield from _json_kinds(v, path)
-    else:
-        yield path, "array"
-        for item in v:
-            yield from _kinds_of(path + "[]", item)
-
-
-class _GoodLines(io.RawIOBase):
-    """The lines of a JSONL(.gz) file that pyarrow's JSON reader can take, as a byte stream; a
-    line that is not UTF-8, not JSON, not an object, holds a lone surrogate, gives a column
-    another JSON type than the rows before it (pyarrow would refuse the whole file), or is longer
-    than `max_line` bytes (read past in pieces, never held whole) is left out and logged with its
-    line number and byte offset (in the uncompressed text). Blank lines pass (pyarrow skips them;
-    they are not rows). `skipped` lists the row numbers left out, in order."""
-
-    def __init__(self, source: DocsSource, log: ReadLog, max_line: int | None = None):
-        self.source, self.log = source, log
-        self.max_line = MAX_LINE_BYTES if max_line is None else max_line
-        self.file = gzip.open(source.path, "rb") if source.path.lower().endswith(".gz") else open(source.path, "rb")
-        self.kinds: dict[str, str] = {}
-        self.skipped: list[int] = []
-        self.buffer = bytearray()
-        self.offset = self.line = self.row = self.good = 0
-        self.done = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        while len(self.buffer) < len(b) and not self.done:
-            self._fill()
-        n = min(len(b), len(self.buffer))
-        b[:n] = self.buffer[:n]
-        del self.buffer[:n]
-        return n
-
-    def close(self) -> None:
-        self.file.close()
-        super().close()
-
-    def _fill(self) -> None:
-        """Take about a MB of lines, one at a time: a line read before a damaged gzip member is
-        kept, where a bulk readlines() would lose every line of its call."""
-        size = 0
-        while size < 1 << 20:
-            try:
-                raw = self.file.readline(self.max_line + 1)  # a line within the limit ends in b"\n" or the file
-                if len(raw) > self.max_line and not raw.endswith(b"\n"):
-                    self._too_long(len(raw))
-                    continue
-            except DAMAGE as e:  # a corrupt or truncated gzip member: nothing after it can be found
-                self.log.damage(self.source, f"{type(e).__name__}: {e}; the rest of the file was not read", line=self.line + 1, offset=self.offset)
-                raw = b""
-            if not raw:
-                self.done = True
-                return
-            size += len(raw)
-            self._take(raw)
-
-    def _too_long(self, head: int) -> None:
-        """Read past the rest of a line longer than the limit, a MB at a time, and log it."""
-        n = head
-        while piece := self.file.readline(1 << 20):
-            n += len(piece)
-            if piece.endswith(b"\n"):
-                break
-        length = n - 1 if piece.endswith(b"\n") else n
-        self.log.damage(self.source, f"a line of {length} bytes, over the {self.max_line}-byte limit: not read",
-                        line=self.line + 1, offset=self.offset)
-        self.skipped.append(self.row)
-        self.offset += n
-        self.line += 1
-        self.row += 1
-
-    def _take(self, raw: bytes) -> None:
-        start = self.offset
-        self.offset += len(raw)
-        self.line += 1
-        if not raw.strip():
-            self.buffer += raw
-            return
-        problem = self._problem(raw)
-        if problem:
-            self.log.damage(self.source, problem, line=self.line, offset=start)
-            self.skipped.append(self.row)
-        else:
-            self.buffer += raw if raw.endswith(b"\n") else raw + b"\n"
-            self.good += 1
-        self.row += 1
-
-    def _problem(self, raw: bytes) -> str | None:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            return f"not UTF-8 (byte {e.start} of the line)"
-        try:
-            value = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as e:
-            return f"not JSON ({getattr(e, 'msg', 'nested too deep')}, column {getattr(e, 'colno', '?')})"
-        if not isinstance(value, dict):
-            return f"a JSON {type(value).__name__}, not an object"
-        if _SURROGATE_ESCAPE.search(raw):
-            try:
-                json.dumps(value, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError:
-                return "a lone UTF-16 surrogate escape (not text)"
-        kinds = dict(_json_kinds(value))
-        for path, kind in kinds.items():
-            seen = self.kinds.get(path)
-            if seen is not None and seen != kind:
-                return f"{path[1:]!r} is a JSON {kind} where earlier rows have a {seen}"
-        for path, kind in kinds.items():
-            self.kinds.setdefault(path, kind)
-        return None
-
-
-def _jsonl_batches(source: DocsSource, log: ReadLog):
-    """(batch, row numbers) of a JSONL file: its good lines through pyarrow's reader (the types
-    it infers are what they always were), each batch with the file's row numbers of its rows."""
-    try:
-        lines = _GoodLines(source, log)
-    except DAMAGE as e:
-        log.damage(source, e)
-        return
-    good = 0
-    try:
-        while not (lines.good or lines.done):  # pyarrow refuses a stream without a row: ask first
-            lines._fill()
-        if not lines.good:
-            return
-        # open_json streams; no line it is given is longer than a block (pyarrow refuses an object
-        # that straddles two block boundaries); one thread: the line filter feeding it is Python anyway
-        block = max(16 << 20, lines.max_line + (1 << 16))  # a block holds any line the filter passes
-        reader = pajson.open_json(lines, read_options=pajson.ReadOptions(block_size=block, use_threads=False))
-        for batch in reader:
-            yield batch, _file_rows(good, batch.num_rows, lines.skipped)
-            good += batch.num_rows
-    except DAMAGE as e:  # what the line filter cannot foresee (a line past the block size, ...)
-        rows = _file_rows(good, 1, lines.skipped)
-        row = rows if isinstance(rows, int) else int(rows[0])
-        log.damage(source, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}; the rest of the file was not read", row=row)
-    finally:
-        lines.close()
-
-
-def _file_rows(first_good: int, n: int, skipped: list[int]):
-    """The file's row numbers of good rows first_good..first_good+n-1, given the (sorted) row
-    numbers left out: the first one's alone when none was left out before or among them."""
-    if not skipped or skipped[0] >= first_good + n:
-        return first_good
-    s = np.asarray(skipped, dtype=np.int64)
-    # the k-th skipped row sits before good row g exactly when s[k] - k <= g
-    g = np.arange(first_good, first_good + n, dtype=np.int64)
-    rows = g + np.searchsorted(s - np.arange(len(s)), g, side="right")
-    return rows
 
 
 def row_count(source: DocsSource) -> int:

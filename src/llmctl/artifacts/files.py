@@ -20,9 +20,14 @@ import errno
 import mmap
 import os
 import stat
+import zlib
 from typing import BinaryIO
 
 import pyarrow as pa
+
+# What pyarrow, gzip and the OS raise on bytes that are not what they should be: a reader counts
+# it as damage (artifacts/docs.py, artifacts/jsonl.py) rather than failing the run.
+DAMAGE = (pa.ArrowException, OSError, EOFError, zlib.error)
 
 LINK_TO_FOLDER = "a symbolic link to a folder (not followed inside an input folder)"
 
