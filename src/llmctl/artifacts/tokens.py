@@ -14,6 +14,7 @@ import errno
 import hashlib
 import os
 from collections.abc import Sequence
+from contextlib import suppress
 from pathlib import Path
 
 import numpy as np
@@ -86,10 +87,8 @@ class TokenShardWriter:
         finally:
             if not committed:
                 for f in self.files:
-                    try:
+                    with suppress(OSError):  # the write already failed; its temporary goes next
                         f.close()
-                    except OSError:
-                        pass  # the write already failed; its temporary goes next
                 for _, tmp in self.paths:
                     tmp.unlink(missing_ok=True)
 

@@ -44,6 +44,7 @@ goes on with what it has, and ``ready`` names what that is (e.g. ``seccomp+rlimi
 
 import os
 import sys
+from contextlib import suppress
 
 _ERRNO = {"EPERM": 1, "EAGAIN": 11, "ENOSYS": 38}
 ARCHES = {
@@ -137,15 +138,13 @@ def _readable_paths():
     directories of the shared objects already mapped (libpython, libc), the system lib dirs."""
     paths = [p for p in sys.path if p]
     paths += [os.path.join(prefix, "lib") for prefix in {sys.base_prefix, sys.base_exec_prefix}]
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            for line in f:  # address perms offset device inode [path]
-                fields = line.split(None, 5)
-                path = fields[5].strip() if len(fields) == 6 else ""
-                if path.startswith("/") and ".so" in os.path.basename(path):
-                    paths.append(os.path.dirname(path))
-    except OSError:
-        pass  # no /proc: the lists above still hold the usual places
+    # no /proc (an OSError): the lists above still hold the usual places
+    with suppress(OSError), open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+        for line in f:  # address perms offset device inode [path]
+            fields = line.split(None, 5)
+            path = fields[5].strip() if len(fields) == 6 else ""
+            if path.startswith("/") and ".so" in os.path.basename(path):
+                paths.append(os.path.dirname(path))
     return sorted(set(paths)) + list(_SYSTEM_READ)
 
 
@@ -205,8 +204,8 @@ def _confine(payload):
         for entry in sys.path:
             try:
                 opened[entry] = os.open(entry, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                pass  # python311.zip and the like: on the path, rarely there
+            except FileNotFoundError:  # python311.zip and the like: on the path, rarely there
+                continue
             except OSError:
                 opened[entry] = None  # there but not openable: _reach_import_path says so if it matters
     try:

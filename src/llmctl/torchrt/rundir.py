@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import suppress
 from pathlib import Path
 
 from llmctl.artifacts import checkpoint as ckpt_io
@@ -39,11 +40,9 @@ def truncate_metrics(path: Path, step: int) -> None:
         return
     keep = []
     for line in path.read_text().splitlines():
-        try:
+        with suppress(json.JSONDecodeError, KeyError, TypeError):  # a line cut short by a crash or a full disk is dropped
             if json.loads(line)["step"] <= step:
                 keep.append(line)
-        except (json.JSONDecodeError, KeyError, TypeError):
-            pass  # a line cut short by a crash or a full disk
     write_text(path, "".join(line + "\n" for line in keep))
 
 

@@ -15,6 +15,7 @@ micro-batches by SequenceBatches.micro_batches.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from functools import lru_cache
 
 import numpy as np
@@ -55,12 +56,13 @@ class WindowOrder:
         return self.window_ids(np.arange(first, first + count, dtype=np.int64))
 
 
-class SequenceBatches:
+class SequenceBatches(ABC):
     """A loader addressed by global sequence number: `sequences(first, count)` gives the rows of
     sequences first .. first+count-1, and a step's micro-batches follow from it."""
 
+    @abstractmethod
     def sequences(self, first: int, count: int) -> tuple[torch.Tensor, ...]:
-        raise NotImplementedError
+        """The rows (inputs, targets, …) of sequences first .. first+count-1."""
 
     def micro_batches(self, step: int, batch_seqs: int, micro: int, rank: int = 0, world: int = 1):
         """This rank's micro-batches of step `step`: the global batch is split by rank, then by micro."""
