@@ -181,9 +181,7 @@ def check_fields(values: Mapping[str, Any], where: str, names: Mapping[str, str]
         kind = int if field in INT_FIELDS else (int, float)
         if isinstance(value, bool) or not isinstance(value, kind):
             raise UsageError(f"{key} must be {'an integer' if kind is int else 'a number'}, got {shown(value)}")
-        if not math.isfinite(value):
-            raise UsageError(f"{key} must be finite, got {value}")
-        check_value("ModelConfig", field, value, key)
+        check_value("ModelConfig", field, value, key)  # finite, int64, in range: bounds.py, as for every setting
 
 
 ROPE_SCALINGS = {  # rope_type -> the keys transformers reads for it
