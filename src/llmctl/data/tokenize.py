@@ -13,7 +13,6 @@ can share.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,7 @@ import pyarrow.compute as pc
 
 from llmctl.artifacts.docs import DocsSource, ReadLog, STDIO, open_docs_inputs, read_source, resolve_docs_inputs, source_schemas
 from llmctl.artifacts.docs_write import ShardWriter
-from llmctl.artifacts.atomic import atomic_path, prepare_new_out
+from llmctl.artifacts.atomic import atomic_path, prepare_new_out, write_bytes
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, error_place, file_sha256, input_ref, write_manifest
 from llmctl.artifacts.tokens import META_SUFFIX, TokenShardWriter, token_dtype
@@ -221,13 +220,14 @@ def run_tokenize(inputs: list[str], out: str, cfg: TokenizeConfig, opts: RunOpti
             raise UsageError(f"{tok_path} has no end-of-text special token to separate documents")
         config = asdict(cfg)
         config.update(tokenizer=str(tok_path.resolve()), dtype=token_dtype(meta.vocab_size).str, vocab_size=meta.vocab_size, eos_id=meta.eos_id, special=meta.special, encoder="tiktoken" if enc.fast is not None else "tokenizers")
-        m = run_sharded(stage=STAGE, kind="tokens", out=out, tasks=tasks, fn=_Encode(cfg, cfg.tokenizer, threads), config=config, inputs=refs + [input_ref(str(tok_path))], opts=opts, progress=progress, unit="docs")
-        if (Path(out) / "manifest.json").exists():
-            shutil.copyfile(tok_path, Path(out) / "tokenizer.json")  # the artifact carries its tokenizer
+
+        def finish(m: Manifest) -> None:  # before the manifest is written: it says the artifact is whole
+            write_bytes(Path(out) / "tokenizer.json", tok_path.read_bytes())  # the artifact carries its tokenizer
             c = m.counts
             c["tokens_per_byte"] = round(c["tokens"] / c["bytes"], 6) if c.get("bytes") else None
-            write_manifest(out, m)
-        return m
+
+        return run_sharded(stage=STAGE, kind="tokens", out=out, tasks=tasks, fn=_Encode(cfg, cfg.tokenizer, threads), config=config,
+                           inputs=refs + [input_ref(str(tok_path))], opts=opts, progress=progress, unit="docs", finish=finish)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -197,21 +197,26 @@ def run_sharded(
     stdout=None,
     schema=None,
     unit: str = "",
+    finish: Callable[[Manifest], None] | None = None,
 ) -> Manifest:
     """Run a sharded stage into `out` (a directory, or `-` for an Arrow stream on stdout).
 
     `tasks` that is not a list is a lazy source (see run_tasks): it is read once, as the pool has
-    room, and cannot be sliced among jobs. Called inside the stage's `executor_scope(opts)`."""
+    room, and cannot be sliced among jobs. `finish(manifest)` runs once every shard is done and
+    before the manifest is written: what a stage adds to a finished artifact (a file, counts over
+    all shards) is in place before the manifest says the artifact is done, so a kill between the
+    two leaves an unfinished artifact that a re-run finishes. Called inside the stage's
+    `executor_scope(opts)`."""
     if opts.executor != "local" and current_backend() is None:  # a caller without its scope would quietly run here
         raise RuntimeError(f"run_sharded with executor {opts.executor!r} must run inside executor_scope(opts)")
     progress = progress or Progress()
     streaming = out == STDIO
     sliced = opts.num_shards > 1 and not streaming
     with output_lock(out, slice_=(opts.shard_index, opts.num_shards) if sliced else None, enabled=not streaming):
-        return _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, stdout, schema, unit)
+        return _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, stdout, schema, unit, finish)
 
 
-def _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, stdout, schema, unit) -> Manifest:
+def _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, stdout, schema, unit, finish) -> Manifest:
     t0 = time.perf_counter()
     # a stream read lazily is named by its bytes once read; its shards carry their own keys (Task.key)
     ident = run_identity(stage, config, [{"path": STDIO, "kind": "stream"}] if callable(inputs) else inputs)
@@ -261,6 +266,8 @@ def _run_sharded(stage, kind, out, tasks, fn, config, inputs, opts, progress, st
                 "finished shards are kept, re-run to retry the rest"
             )
         all_done = all((work / SHARDS_DIR / f"{t.name}.json").exists() for t in tasks)
+        if finish is not None and (streaming or all_done):
+            finish(manifest)
         if not streaming and all_done:
             for name in remove_unlisted(work, manifest.outputs):
                 progress.log(f"{stage}: removed {name}, a shard of an earlier run that this manifest does not list")

@@ -36,7 +36,7 @@ from llmctl.artifacts.docs import DocsSource, STDIO, read_source, row_count
 from llmctl.artifacts.docs_shard import ShardInput, ShardOutput
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.lock import output_lock
-from llmctl.artifacts.manifest import Manifest, read_manifest, write_manifest
+from llmctl.artifacts.manifest import Manifest, read_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
 from llmctl.data.dedup.normalize import normalize_url, normalized_codes
@@ -405,6 +405,7 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
         if not streaming:
             prepare_out(Path(out), STAGE, run_identity(STAGE, config, refs), opts.overwrite)
             if (Path(out) / "manifest.json").exists():  # finished before, same config: nothing to do
+                _drop_work(work, cfg)  # but what a kill right after the manifest left behind
                 return read_manifest(out)
         for sub in ("sign", "pairs"):
             (work / sub).mkdir(parents=True, exist_ok=True)
@@ -431,6 +432,11 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
         build_clusters(cfg, work, counts, pair_tasks)
 
         filter_tasks = run.tasks(payload=lambda i, s: {"source": asdict(s), "first": firsts[i], "work": str(work)}, weights=counts)
+
+        def finish(manifest: Manifest) -> None:  # in the manifest's one write, so a kill cannot split them
+            manifest.counts.update(_report(cfg, work, counts))
+            manifest.wall_seconds = round(time.perf_counter() - t0, 3)  # all four phases
+
         manifest = run_sharded(
             stage=STAGE,
             kind="docs",
@@ -442,14 +448,18 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
             opts=dataclasses.replace(opts, overwrite=False, shard_index=0, num_shards=1),  # OUT was prepared above
             progress=progress,
             unit="docs",
+            finish=finish,
         )
-        manifest.counts.update(_report(cfg, work, counts))
-        manifest.wall_seconds = round(time.perf_counter() - t0, 3)  # all four phases
         if not streaming and (Path(out) / "manifest.json").exists():
-            write_manifest(out, manifest)
-            if not cfg.keep_work:
-                shutil.rmtree(work, ignore_errors=True)
+            _drop_work(work, cfg)
         return manifest
+
+
+def _drop_work(work: Path, cfg: DedupConfig) -> None:
+    """The phases' files go once the manifest is written (a re-run after a kill half-way through
+    removing them removes the rest), unless --keep-work asks to inspect them."""
+    if not cfg.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _firsts(counts: list[int]) -> list[int]:
