@@ -1,14 +1,24 @@
-"""Child side of llmctl.rl.sandbox: the harness that runs untrusted code against test cases.
+"""Child side of llmctl.rl.sandbox: the harness that runs untrusted code, or judges its values.
 
 It runs as ``python -I -S -c <this file's source> FD PARENT_PID`` in a fresh temp dir, so it may
-import the standard library only (what it needs of llmctl, the Landlock module, comes as source in
-the payload). Steps: die with the parent (a ``kill -9`` of llmctl must not leave untrusted code
-running; see llmctl/runtime/lifeline.py, which this cannot import); read and delete
-``.payload.json``; compile the tests (a test that does not compile is the dataset's fault:
-``badtest``); set the resource limits; confine itself (below); report ``ready``; exec the code;
-exec each test in the code's namespace; report ``done``. Reports go to the inherited pipe FD as
-lines ``NONCE EVENT [DETAIL]`` — not to stdout, which the code owns. Everything before ``ready``
-is infrastructure: a failure there is a masked sample, never a 0 reward.
+import the standard library only (what it needs of llmctl, the Landlock module and the plain-data
+codec ``llmctl/rl/plain.py``, comes as source in the payload). Steps: die with the parent (a
+``kill -9`` of llmctl must not leave untrusted code running; see llmctl/runtime/lifeline.py,
+which this cannot import); read and delete ``.payload.json``; compile the steps (a step that does
+not compile is the dataset's fault: ``badtest``); set the resource limits; confine itself
+(below); report ``ready``; then, by the payload's ``mode``:
+
+- ``run``: exec the code, then the sandbox's steps of the tests (``llmctl/rl/testplan.py``): a
+  setup statement (``setup TEST why`` if it raises) or a leaf, whose value goes back by value
+  (``value K JSON``, or ``raise K why`` — a value that is not plain data raises); then ``done``.
+  Nothing here compares or decides: the code could forge anything this process says, so it is
+  only ever asked for values, and the expected ones never reach it.
+- ``judge``: no code of the policy's; the tests' pure setup and the asserts the parent could not
+  decide, over the leaves' values decoded into builtin types: ``judged J pass|fail [why]``.
+
+Reports go to the inherited pipe FD as lines ``EVENT [DETAIL]`` — not to stdout, which the code
+owns; the parent alone holds the other end, and only this process the FD. Everything before
+``ready`` is infrastructure: a failure there is a masked sample, never a 0 reward.
 
 Confinement, in this order (each step needs the privileges the next one gives up):
 
@@ -33,8 +43,10 @@ Confinement, in this order (each step needs the privileges the next one gives up
      clone3 → ENOSYS (glibc then falls back to clone for threads);
    - socket / socketpair / io_uring_setup → EPERM (no network, whatever the environment);
    - setrlimit, prlimit64 with a new limit → EPERM (limits cannot be raised back);
-   - kill / tgkill of any process but itself, tkill, ptrace, process_vm_writev, pidfd_open,
+   - kill / tgkill of any process but itself, tkill, ptrace, process_vm_readv/writev, pidfd_open,
      pidfd_send_signal, unshare, setns, mount → EPERM;
+   - prctl(PR_SET_PDEATHSIG) → EPERM: the parent-death signal, set just before the filter, stays
+     (cleared, code would outlive a killed llmctl under init, holding the sandbox uid's processes);
    - any other architecture's syscall ABI (i386 int 0x80, x32) → the process is killed.
 
 A step that is unavailable (no Landlock, not Linux, another architecture, not allowed to change
@@ -52,17 +64,18 @@ ARCHES = {
     "x86_64": (0xC000003E, {
         "fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "socket": 41, "socketpair": 53,
         "io_uring_setup": 425, "setrlimit": 160, "prlimit64": 302, "kill": 62, "tkill": 200,
-        "tgkill": 234, "ptrace": 101, "process_vm_writev": 311, "pidfd_open": 434,
+        "tgkill": 234, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "prctl": 157, "pidfd_open": 434,
         "pidfd_send_signal": 424, "unshare": 272, "setns": 308, "mount": 165, "execve": 59, "execveat": 322,
     }),
     "aarch64": (0xC00000B7, {
         "clone": 220, "clone3": 435, "socket": 198, "socketpair": 199, "io_uring_setup": 425,
         "setrlimit": 164, "prlimit64": 261, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117,
-        "process_vm_writev": 271, "pidfd_open": 434, "pidfd_send_signal": 424, "unshare": 97,
+        "process_vm_readv": 270, "process_vm_writev": 271, "prctl": 167, "pidfd_open": 434, "pidfd_send_signal": 424, "unshare": 97,
         "setns": 268, "mount": 40, "execve": 221, "execveat": 281,
     }),
 }
 _CLONE_THREAD = 0x00010000
+_PR_SET_PDEATHSIG = 1
 
 
 def _seccomp_program(machine, pid):
@@ -84,7 +97,7 @@ def _seccomp_program(machine, pid):
         prog += [(JGE, 0, 1, 0x40000000), (RET, 0, 0, KILL)]
     for name, e in (("fork", "EAGAIN"), ("vfork", "EAGAIN"), ("clone3", "ENOSYS"), ("socket", "EPERM"),
                     ("socketpair", "EPERM"), ("io_uring_setup", "ENOSYS"), ("setrlimit", "EPERM"),
-                    ("tkill", "EPERM"), ("ptrace", "EPERM"), ("process_vm_writev", "EPERM"),
+                    ("tkill", "EPERM"), ("ptrace", "EPERM"), ("process_vm_readv", "EPERM"), ("process_vm_writev", "EPERM"),
                     ("pidfd_open", "EPERM"), ("pidfd_send_signal", "EPERM"), ("unshare", "EPERM"),
                     ("setns", "EPERM"), ("mount", "EPERM"), ("execve", "EPERM"), ("execveat", "EPERM")):
         if name in nr:
@@ -94,6 +107,7 @@ def _seccomp_program(machine, pid):
     prog += [(JEQ, 0, 4, nr["clone"]), arg(0), (JSET, 0, 1, _CLONE_THREAD), (RET, 0, 0, ALLOW), deny("EAGAIN")]
     for name in ("kill", "tgkill"):
         prog += [(JEQ, 0, 4, nr[name]), arg(0), (JEQ, 0, 1, pid), (RET, 0, 0, ALLOW), deny("EPERM")]
+    prog += [(JEQ, 0, 4, nr["prctl"]), arg(0), (JEQ, 0, 1, _PR_SET_PDEATHSIG), deny("EPERM"), (LD, 0, 0, 0)]
     prog += [(JEQ, 0, 6, nr["prlimit64"]), arg(2), (JEQ, 0, 3, 0), arg(2, high=True), (JEQ, 0, 1, 0),
              (RET, 0, 0, ALLOW), deny("EPERM")]
     prog.append((RET, 0, 0, ALLOW))
@@ -195,7 +209,7 @@ def _reach_import_path(opened):
     sys.path_importer_cache.clear()
 
 
-def _confine(payload):
+def _confine(payload, parent_pid):
     """Landlock, the uid drop, seccomp (the module docstring); returns (isolation, problems)."""
     have, problems = [], []
     drop = payload.get("drop")
@@ -224,6 +238,9 @@ def _confine(payload):
         else:
             dropped = f"uid {drop[0]}"
             _reach_import_path(opened)  # its OSError is a harness error even when unsafe: imports would fail
+    # again: a change of uid clears the parent-death signal (prctl(2)); set now, after the last
+    # change and before the filter that keeps it from being cleared
+    _die_with_parent(parent_pid)
     why = _install_seccomp()
     if why is None:
         have.append("seccomp")
@@ -272,12 +289,12 @@ def _describe(exc):
 
 
 def _main():
-    _die_with_parent(int(sys.argv[2]))
+    parent = int(sys.argv[2])
+    _die_with_parent(parent)
     write, fd, exit_now = os.write, int(sys.argv[1]), os._exit
-    nonce = "?"
 
     def emit(event, detail=""):
-        write(fd, f"{nonce} {event} {_one_line(detail)}\n".encode("utf-8", "replace"))
+        _write_all(write, fd, f"{event} {_one_line(detail)}\n".encode("utf-8", "replace"))
 
     try:
         import json
@@ -285,44 +302,104 @@ def _main():
         with open(".payload.json", encoding="utf-8") as f:
             payload = json.load(f)
         os.unlink(".payload.json")
-        nonce = payload["nonce"]
+        mode, steps = payload["mode"], payload["steps"]
         try:
-            tests = [compile(t, f"<test {i + 1}>", "exec") for i, t in enumerate(payload["tests"])]
+            compiled = [compile(step[-1], f"<test {step[0] + 1}>", "eval" if step[1] != "exec" else "exec")
+                        for step in steps]
         except SyntaxError as e:
             emit("badtest", f"test {e.filename}: {_describe(e)}")
             exit_now(0)
+        plain = {"__name__": "llmctl_plain"}
+        exec(compile(payload["plain"], "plain.py", "exec"), plain)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)
         _set_limits(payload["limits"])
-        isolation, problems = _confine(payload)
+        isolation, problems = _confine(payload, parent)
         if problems and not payload.get("unsafe"):
             emit("herror", f"sandbox incomplete ({'; '.join(problems)}); not running the code")
             exit_now(0)
-        _die_with_parent(int(sys.argv[2]))  # again: a change of uid clears the parent-death signal (prctl(2))
-        code = payload["code"]
+        if mode == "judge":
+            values = {int(k): (v[0] == "value", plain["decode"](v[1]) if v[0] == "value" else v[1])
+                      for k, v in payload["values"].items()}
+        code = payload.get("code", "")
         del payload
     except BaseException as e:
         emit("herror", _describe(e))
         exit_now(0)
 
-    _exec, _compile, _enumerate = exec, compile, enumerate
     emit("ready", isolation)
+    if mode == "judge":
+        _judge(steps, compiled, values, emit)
+    else:
+        _run(code, steps, compiled, plain["dumps"], emit, lambda data: _write_all(write, fd, data))
+    emit("done")
+    _flush_and_exit(exit_now)
+
+
+def _run(code, steps, compiled, dumps, emit, write_raw):
+    """The code, then the sandbox's steps: setup statements and leaves (values out, by value)."""
+    _exec, _eval, _compile, _exit = exec, eval, compile, os._exit
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
     try:
         _exec(_compile(code, "<solution>", "exec"), namespace)
     except BaseException as e:
         emit("crash", _describe(e))
-        _flush_and_exit(exit_now)
-    for i, test in _enumerate(tests):
+        _flush_and_exit(_exit)
+    broken = set()  # tests whose setup raised: their later steps are not run
+    for step, c in zip(steps, compiled):
+        test = step[0]
+        if test in broken:
+            continue
+        if step[1] == "exec":
+            try:
+                _exec(c, namespace)
+            except BaseException as e:
+                emit("setup", f"{test} {_describe(e)}")
+                broken.add(test)
+            continue
         try:
-            _exec(test, namespace)
+            line = dumps(_eval(c, namespace))
         except BaseException as e:
-            emit("fail", f"{i} {_describe(e)}")
+            emit("raise", f"{step[2]} {_describe(e)}")
+            continue
+        write_raw(f"value {step[2]} {line}\n".encode("ascii"))
+
+
+def _judge(steps, compiled, values, emit):
+    """The asserts the parent could not decide, over plain values: no code of the policy's here."""
+    import builtins
+
+    def value(k):
+        came, v = values[k]
+        if not came:  # the leaf raised in the sandbox (or its value never came back)
+            raise AssertionError(v)
+        return v
+
+    namespace = {"__builtins__": builtins, "__llmctl_value": value}
+    broken = {}
+    for step, c in zip(steps, compiled):
+        test = step[0]
+        if step[1] == "exec":
+            try:
+                exec(c, namespace)
+            except BaseException as e:
+                broken[test] = _describe(e)
+            continue
+        if test in broken:
+            emit("judged", f"{step[2]} fail the test's setup raised {broken[test]}")
+            continue
+        try:
+            ok = bool(eval(c, namespace))
+        except BaseException as e:
+            emit("judged", f"{step[2]} fail {_describe(e)}")
         else:
-            emit("pass", str(i))
-    emit("done")
-    _flush_and_exit(exit_now)
+            emit("judged", f"{step[2]} {'pass' if ok else 'fail'}")
+
+
+def _write_all(write, fd, data):
+    while data:
+        data = data[write(fd, data):]
 
 
 def _flush_and_exit(exit_now):

@@ -218,8 +218,8 @@ def extract_code(completion: str) -> str:
 
 
 def reference_tests(reference: Any) -> list[str] | None:
-    """Test cases of a reference: a list of assert strings, {"tests": [...]}, or one string (a
-    single test script)."""
+    """Test cases of a reference: a list of test strings (top-level asserts, with setup lines
+    before them if need be), {"tests": [...]}, or one string (a single test script)."""
     if isinstance(reference, dict):
         reference = reference.get("tests")
     if isinstance(reference, str):
@@ -234,9 +234,11 @@ class PythonVerifier(Verifier):
     """Reward = the fraction of the tests the code passes (``all_or_nothing``: 1 only if all do).
 
     The code is the completion's last ```python block, else the whole text; it runs in
-    ``llmctl.rl.sandbox`` with the limits below. A timeout, crash or limit hit in the code is
-    reward 0 (correct=False); an infrastructure failure (the sandbox could not start, the harness
-    failed, a protection is missing, a test does not compile, no tests) is masked.
+    ``llmctl.rl.sandbox`` with the limits below, which asks it only for values and decides the
+    asserts outside its process (``llmctl.rl.testplan``). A timeout, crash or limit hit in the
+    code is reward 0 (correct=False); an infrastructure failure (the sandbox or the judge could
+    not start, the harness failed, a protection is missing, a test does not compile or has an
+    assert the sandbox would decide, no tests) is masked.
 
     ``check()`` refuses (UsageError) on a host that lacks one of the sandbox's protections
     (Landlock, seccomp, Linux) unless ``unsafe_sandbox``, and runs one trivial solution to prove
@@ -294,7 +296,7 @@ class PythonVerifier(Verifier):
             why = {"SIGXCPU": f"CPU limit ({self.cpu_seconds:g} s)", "SIGKILL": "killed (CPU or memory limit)",
                    "SIGXFSZ": f"file size limit ({self.max_file_bytes} bytes)", "SIGSYS": "forbidden system call"}
             what = why.get(sig, sig) if sig else f"exit code {r.returncode}"
-            return Verdict(0.0, False, False, f"the code stopped after {len(r.passed)}/{len(tests)} tests: {what}")
+            return Verdict(0.0, False, False, f"the code stopped after {r.evaluated}/{len(tests)} tests: {what}")
         n_pass = sum(r.passed)
         ok = n_pass == len(tests)
         reward = float(ok) if self.all_or_nothing else n_pass / len(tests)
