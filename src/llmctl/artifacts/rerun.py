@@ -48,9 +48,11 @@ CONTENT_KEYS = ("manifest_sha256", "sha256", "listing_sha256")  # what vouches f
 
 def run_identity(stage: str, config: dict, inputs: list[dict]) -> dict:
     """What a run of `stage` is made of: its config's digest and its inputs' identities (each an
-    `inputs` entry of a manifest, `manifest.input_ref`), with a digest of the whole."""
+    `inputs` entry of a manifest, `manifest.input_ref`, with the `role` it plays where it has one:
+    a classifier's positive or negative side), with a digest of the whole."""
     digest = hashlib.sha256(json.dumps([stage, config], sort_keys=True, default=str).encode()).hexdigest()
-    ident = {"stage": stage, "config": digest, "inputs": [input_identity(r) for r in inputs]}
+    ident = {"stage": stage, "config": digest,
+             "inputs": [{**input_identity(r), **({"role": r["role"]} if "role" in r else {})} for r in inputs]}
     ident["digest"] = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
     return ident
 
