@@ -109,7 +109,7 @@ def inputs(tmp_path_factory):
 
 
 def stages(d: Path) -> dict[str, list]:
-    """Each stage's command without -o; eval and report need the `run_dir` fixture's run."""
+    """Each stage's command without -o; eval, report and import need the `run_dir` fixture's run."""
     return {
         "crawl-extract": ["crawl-extract", WARC, "--workers", "2"],
         "filter": ["filter", d / "docs", "--workers", "2", "--keep-rejected"],
@@ -122,6 +122,7 @@ def stages(d: Path) -> dict[str, list]:
         "eval": ["eval", d / "run", "-t", f"loss:{d / 'tokens'}", "-t", f"mc:{ROOT / 'examples/tasks/cloze.jsonl'}",
                  "--limit", "30", "--device", "cpu"],
         "report": ["report", d / "run"],
+        "import": ["import", d / "hf"],
     }
 
 
@@ -176,7 +177,7 @@ def disk_cases(d: Path) -> dict[str, tuple[list, list]]:
         "cat": (["cat", d / "filtered"], []),
         "train": (s["train"], None),  # resume_flag decides
         "export": (["export", d / "run"], ["--overwrite"]),
-        "import": (["import", d / "hf"], ["--overwrite"]),
+        "import": (["import", d / "hf"], []),
         "eval": (["eval", d / "run", "-t", f"loss:{d / 'tokens'}"], []),
         "decontam": (["decontam", d / "filtered", "--against", ROOT / "examples/tasks/arithmetic.jsonl", "--workers", "2"], []),
         "rl": (["rl", d / "run", "--prompts", d / "sums.jsonl", "--steps", "2", "--prompts-per-step", "2", "-G", "2",
