@@ -1,5 +1,5 @@
 """What a single-process command does when it finds its OUT already there: the one rule cat,
-head and eval keep across re-runs (`claim_out`), so that a command killed at any point and run
+head, eval, import and filter train-classifier keep across re-runs (`claim_out`), so that a command killed at any point and run
 again (by hand, by a Makefile) ends as if it had never been killed (docs/design.md §3). report
 claims its folder with the same run file (`start`) but, being a view of the artifacts as they are
 now, writes it again whether the earlier report finished or not.
