@@ -31,10 +31,18 @@ def test_usage_errors_exit_2_with_one_line_and_no_traceback(tmp_path):
 
 
 def test_existing_output_needs_overwrite(tmp_path):
+    """The same command again over its finished output is a no-op (exit 0); another command, or the
+    same one with another config, needs --overwrite."""
     src = make_docs(tmp_path)
     llmctl("cat", src, "-o", tmp_path / "o", check=True)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "o").iterdir()}
     p = llmctl("cat", src, "-o", tmp_path / "o")
-    assert p.returncode == 2 and "--overwrite" in p.stderr.decode()
+    assert p.returncode == 0 and "nothing to do" in p.stderr.decode(), p.stderr.decode()
+    assert {p.name: p.read_bytes() for p in (tmp_path / "o").iterdir()} == before
+    for other in (["head", "-n", "2", src], ["cat", src, "--rows-per-part", "7"]):
+        p = llmctl(*other, "-o", tmp_path / "o")
+        assert p.returncode == 2 and "--overwrite" in p.stderr.decode(), p.stderr.decode()
+    assert {p.name: p.read_bytes() for p in (tmp_path / "o").iterdir()} == before
     llmctl("cat", src, "-o", tmp_path / "o", "--overwrite", check=True)
 
 

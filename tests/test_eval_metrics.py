@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from llmctl.artifacts.manifest import Manifest, write_manifest
 from llmctl.errors import UsageError
 from llmctl.eval.compare import compare_results
 from llmctl.eval.metrics import (
@@ -162,13 +163,19 @@ def test_unpaired_se():
     assert unpaired_se(0.6, 100, 0.5, 200) == pytest.approx(math.sqrt(0.24 / 100 + 0.25 / 200))
 
 
+def _finished(path):
+    """An eval's manifest, written after its results: what marks them finished."""
+    write_manifest(path, Manifest(kind="eval", stage="eval"))
+    return path
+
+
 def _results_dir(path, rows):
     path.mkdir()
     (path / "results.json").write_text(json.dumps({"tasks": {}}))
     tasks, items, scores = zip(*rows)
     pq.write_table(pa.table({"task": list(tasks), "item": list(items), "score": list(scores)}),
                    path / "samples.parquet")
-    return path
+    return _finished(path)
 
 
 def test_compare_results(tmp_path):
@@ -218,6 +225,9 @@ def test_compare_bad_inputs(tmp_path):
     c.mkdir()
     (c / "results.json").write_text("{}")
     pq.write_table(pa.table({"task": ["t"], "score": [1.0]}), c / "samples.parquet")
+    with pytest.raises(UsageError, match="an unfinished eval"):  # results without the manifest written after them
+        compare_results(a, c)
+    _finished(c)
     with pytest.raises(UsageError, match="missing column.*item"):
         compare_results(a, c)
     d = _results_dir(tmp_path / "d", [("t", 0, 1.0), ("t", 0, 0.0)])
@@ -238,7 +248,7 @@ def test_compare_pairs_a_metric_with_itself(tmp_path):
         pq.write_table(pa.table({"task": ["mc:x"] * 4 + ["gsm8k:y"] * 2, "item": [0, 1, 2, 3, 0, 1],
                                  "score": score + [1.0, 0.0], "acc": acc + [None, None], "acc_norm": acc_norm + [None, None]}),
                        path / "samples.parquet")
-        return path
+        return _finished(path)
 
     a = run(tmp_path / "a", "acc_norm", [1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0])
     b = run(tmp_path / "b", "acc", [0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0])

@@ -246,8 +246,15 @@ def test_usage_errors(trained, tmp_path):
 
 def test_train_refuses_a_used_output_and_empty_inputs(trained, tmp_path):
     pos, neg = str(trained["pos"]), str(trained["neg"])
-    with pytest.raises(UsageError, match="already exists"):
-        train_classifier([pos], [neg], str(trained["out"]), TrainClassifierConfig(**SMALL))
+    before = {p.name: p.read_bytes() for p in trained["out"].iterdir()}
+    m = train_classifier([pos], [neg], str(trained["out"]), TrainClassifierConfig(**SMALL))  # the same run again: nothing to do
+    assert m == trained["manifest"] and {p.name: p.read_bytes() for p in trained["out"].iterdir()} == before
+    with pytest.raises(UsageError, match="another config.*--overwrite"):
+        train_classifier([pos], [neg], str(trained["out"]), TrainClassifierConfig(**SMALL, seed=1))
+    with pytest.raises(UsageError, match="2 input\\(s\\), not these 3"):
+        train_classifier([pos, neg], [neg], str(trained["out"]), TrainClassifierConfig(**SMALL))
+    with pytest.raises(UsageError, match="input 1 was"):  # the same files, each on the other side
+        train_classifier([neg], [pos], str(trained["out"]), TrainClassifierConfig(**SMALL))
     empty = tmp_path / "empty.parquet"
     pq.write_table(pa.table({"id": pa.array([], pa.string()), "text": pa.array([], pa.string())}), empty)
     with pytest.raises(UsageError, match="--negative has 0"):

@@ -228,8 +228,10 @@ def test_imported_chat_model_generates_through_its_template(releases, tmp_path):
     assert out["tokens"] == len([t for t in theirs if t not in (0, 2)])
     import_hf(src, tmp_path / "base", chat=False)
     assert load_checkpoint(tmp_path / "base").trainer_state["chat"] is False
-    with pytest.raises(UsageError, match="--overwrite"):
-        import_hf(src, tmp_path / "ck")
+    assert import_hf(src, tmp_path / "ck") == tmp_path / "ck" / "step-000000"  # the same import again: nothing to do
+    assert load_checkpoint(tmp_path / "ck").trainer_state["chat"] is True
+    with pytest.raises(UsageError, match="another config.*--overwrite"):  # another import into it
+        import_hf(src, tmp_path / "ck", chat=False)
 
 
 def _refusal(src, **changes):

@@ -47,12 +47,12 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(final, suffix)
-    _remove(tmp)
+    remove_entry(tmp)
     try:
         yield tmp
         sync_tree(tmp)
     except BaseException:
-        _remove(tmp)
+        remove_entry(tmp)
         raise
     if tmp.is_dir() and final.is_dir():  # re-writing a directory (a checkpoint step saved twice)
         shutil.rmtree(final)
@@ -156,7 +156,7 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 def remove_stale_temps(out_dir: Path) -> None:
     """A killed writer leaves `.NAME.tmp-PID` behind; they are never visible data, just clutter."""
     for p in out_dir.rglob(".*.tmp-*"):
-        _remove(p)
+        remove_entry(p)
 
 
 def entries(out: Path) -> list[str]:
@@ -165,13 +165,14 @@ def entries(out: Path) -> list[str]:
 
 
 # --overwrite replaces only what llmctl wrote (docs/design.md §3). An OUT is llmctl's whole when
-# it holds llmctl's manifest.json (a finished artifact or run) or a sharded stage's `.shards/` (one
-# under way); else each entry must be one the command writes on its way to its manifest (`own`,
+# it holds llmctl's manifest.json (a finished artifact or run), a sharded stage's `.shards/` or a
+# single-process command's `.llmctl-run.json` (one under way); else each entry must be one the command writes on its way to its manifest (`own`,
 # glob patterns the caller names: cat's parts, a run's checkpoints/), a hidden temporary
 # (`.NAME.tmp-PID`) or the lock. Anything else is someone's data, and the command refuses to
 # touch it, naming it.
 MANIFEST = "manifest.json"  # what marks an artifact complete (artifacts/manifest.py writes it)
 SHARDS_DIR = ".shards"
+RUN_FILE = ".llmctl-run.json"  # a single-process command's run identity, written first (artifacts/rerun.py)
 _TEMP = re.compile(r"\..+\.tmp-\d+.*", re.DOTALL)
 
 
@@ -189,10 +190,16 @@ def foreign_entries(out: Path, own: Iterable[str] = ()) -> list[str]:
     """The entries of the directory OUT that llmctl did not write (see above); [] for an OUT that
     is llmctl's, or empty."""
     names = entries(out)
-    if SHARDS_DIR in names or (MANIFEST in names and is_llmctl_manifest(out / MANIFEST)):
+    if SHARDS_DIR in names or RUN_FILE in names or (MANIFEST in names and is_llmctl_manifest(out / MANIFEST)):
         return []
+    return unowned_entries(out, own)
+
+
+def unowned_entries(out: Path, own: Iterable[str] = ()) -> list[str]:
+    """The entries of OUT that are neither named by `own` (glob patterns) nor a hidden temporary
+    (`.NAME.tmp-PID`) nor the lock: what a command that writes only `own` did not write."""
     own = tuple(own)
-    return [n for n in names if not _TEMP.fullmatch(n) and not any(fnmatch.fnmatchcase(n, pat) for pat in own)]
+    return [n for n in entries(out) if not _TEMP.fullmatch(n) and not any(fnmatch.fnmatchcase(n, pat) for pat in own)]
 
 
 def check_overwrite(out: Path, own: Iterable[str] = ()) -> None:
@@ -214,7 +221,7 @@ def clear_dir(out: Path, own: Iterable[str] = ()) -> None:
     is not llmctl's (check_overwrite) is refused, with nothing removed."""
     check_overwrite(out, own)
     for name in entries(out):
-        _remove(out / name)
+        remove_entry(out / name)
 
 
 def prepare_new_out(out: str | os.PathLike, overwrite: bool, own: Iterable[str] = ()) -> None:
@@ -240,7 +247,8 @@ def directory_only(out: str | os.PathLike, what: str) -> None:
         raise UsageError(f"{what} is written to a directory, not to '-' (a stream): give -o a folder")
 
 
-def _remove(p: Path) -> None:
+def remove_entry(p: Path) -> None:
+    """Delete a file, a link or a directory tree; nothing there is fine."""
     if p.is_dir() and not p.is_symlink():
         shutil.rmtree(p, ignore_errors=True)
     else:

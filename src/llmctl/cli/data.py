@@ -24,7 +24,9 @@ def cat(
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """Concatenate docs into one artifact or stream (columns are unioned, missing ones null)."""
+    """Concatenate docs into one artifact or stream (columns are unioned, missing ones null).
+
+    Run again into the same OUT, an interrupted cat starts over and a finished one does nothing (exit 0)."""
     from llmctl.config import build_config
     from llmctl.data.cat import CatConfig, run_cat
 
@@ -44,7 +46,9 @@ def head(
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """The first N documents of INPUT, as an artifact or stream (stops reading early)."""
+    """The first N documents of INPUT, as an artifact or stream (stops reading early).
+
+    Run again into the same OUT, an interrupted head starts over and a finished one does nothing (exit 0)."""
     from llmctl.config import build_config
     from llmctl.data.cat import CatConfig, run_cat
 

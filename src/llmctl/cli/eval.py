@@ -53,7 +53,9 @@ def eval_run(
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """Score a checkpoint on tasks; every score comes with n, its standard error and a 95% interval."""
+    """Score a checkpoint on tasks; every score comes with n, its standard error and a 95% interval.
+
+    Run again into the same RESULTS, an interrupted eval starts over and a finished one does nothing (exit 0)."""
     from llmctl.config import build_config, preset
     from llmctl.eval.runner import EvalConfig, run_eval
     from llmctl.eval.tasks import parse_task

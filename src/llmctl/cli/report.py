@@ -25,7 +25,8 @@ def report(
 ) -> None:
     """One page for a model's whole story: every stage of PATH's lineage (crawl, filter, dedup, tokenize,
     train, rl) and the evals of its runs, from the artifacts' own manifests; writes report.md, a
-    self-contained index.html and report.json with every number shown."""
+    self-contained index.html and report.json with every number shown. A report folder, finished or
+    interrupted, is written again; any other non-empty folder is refused."""
     from llmctl.report.build import write_report
 
     _, as_json = flags(quiet, json_)

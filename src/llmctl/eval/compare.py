@@ -2,7 +2,9 @@
 
 Each results directory holds ``results.json`` (which names each task's headline metric) and
 ``samples.parquet`` (one row per item per task, columns ``task``, ``item``, ``score`` = the headline
-metric's, and for multiple choice one column per accuracy: ``acc``, ``acc_norm``, …). Items are
+metric's, and for multiple choice one column per accuracy: ``acc``, ``acc_norm``, …), and the
+``manifest.json`` written after them: without it the results are an unfinished eval's and are
+refused. Items are
 joined on (task, item); per task we report the
 paired difference with its SE, z and 95% interval, McNemar counts for 0/1 scores, and how many
 questions would be needed to detect the observed gap (α 0.05, power 0.8).
@@ -15,6 +17,7 @@ import math
 import statistics
 from pathlib import Path
 
+from llmctl.artifacts.manifest import MANIFEST, has_manifest
 from llmctl.errors import UsageError
 from llmctl.eval.metrics import is_binary, mcnemar_counts, mcnemar_var, paired_gap, questions_needed
 
@@ -35,6 +38,8 @@ def load_samples(results_dir: str | Path, metric: str | None = None) -> tuple[di
     for name in ("results.json", "samples.parquet"):
         if not (d / name).is_file():
             raise UsageError(f"{d}: not an eval results directory (no {name})")
+    if not has_manifest(d):  # written last: without it the files are an eval that did not finish
+        raise UsageError(f"{d}: an unfinished eval (results without its {MANIFEST}); run the eval again to finish it")
     try:
         results = json.loads((d / "results.json").read_text(encoding="utf-8"))
         table = pq.read_table(d / "samples.parquet")

@@ -9,6 +9,11 @@ Multiple-choice accuracies carry lm-evaluation-harness's names, so the two tools
 alike: `acc` (sum of log-probs), `acc_norm` (per character), and ours `acc_per_token`, `acc_pmi`.
 Each task names its `headline` metric (multiple choice: the one `--norm` picks; generative: `acc`;
 loss: `bits_per_byte`); each item's `score` in samples.parquet is that metric's.
+
+The manifest is written last and lists both files with their sha256: a results.json without it is
+an eval that did not finish, which no reader takes for results (`eval compare`, `report`). Run
+again into its own OUT (artifacts/rerun.py), a killed eval starts over, clearing what it left, and a
+finished one is a no-op.
 """
 
 from __future__ import annotations
@@ -25,10 +30,11 @@ import pyarrow.parquet as pq
 import torch
 
 from llmctl import __version__
-from llmctl.artifacts.atomic import atomic_path
+from llmctl.artifacts.atomic import atomic_path, write_text
 from llmctl.artifacts.checkpoint import WEIGHTS
 from llmctl.bounds import within_context
-from llmctl.artifacts.manifest import Manifest, input_ref
+from llmctl.artifacts.manifest import Manifest, input_ref, output_entry, read_manifest, write_manifest
+from llmctl.artifacts.rerun import check_out, claim_out, run_identity, running
 from llmctl.artifacts.tokens import TokenDataset
 from llmctl.errors import UsageError
 from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths
@@ -43,11 +49,10 @@ from llmctl.tasks import GenScoring, MCItem, chat_messages, fewshot_prefix
 from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.device import pick_device
 from llmctl.torchrt import rundir
-from llmctl.torchrt.rundir import RunDir
 
 NORMS = ("none", "per_char", "per_token", "pmi")  # acc, acc_norm (the harness's two) first
 PMI_CONTEXT = "Answer:"  # ln P(o | "Answer:") is what pmi subtracts (§A10)
-EVAL_RESULTS = ("results.json", "samples.parquet", "manifest.json")  # what eval writes into OUT (RunDir entries)
+EVAL_RESULTS = ("results.json", "samples.parquet", "manifest.json")  # what eval writes into OUT
 
 
 @dataclass
@@ -227,26 +232,41 @@ def run_eval(checkpoint: str, tasks: list[TaskSpec], out: Path, cfg: EvalConfig,
 
 def _run_eval(checkpoint: str, tasks: list[TaskSpec], out: Path, cfg: EvalConfig, progress: Progress | None,
               overwrite: bool) -> Manifest:
-    run_dir = RunDir(out, entries=EVAL_RESULTS, resumable=False)
-    run_dir.check(overwrite=overwrite)  # eval's own files are replaced atomically at the end
+    check_out(out, overwrite, EVAL_RESULTS)  # a wrong -o fails before the model loads
+    seen: set[str] = set()
+    for spec in tasks:
+        if spec.name in seen:
+            raise UsageError(f"task {spec.name} given twice")
+        seen.add(spec.name)
     started = time.perf_counter()
     ev = Evaluator(checkpoint, cfg, progress)
+    refs = [input_ref(ev.ckpt.path)] + [input_ref(t.path) for t in tasks]  # hashed once: the run identity's and the manifest's
+    ident = run_identity("eval", {"config": asdict(cfg), "tasks": [t.name for t in tasks]}, refs)
+    if claim_out(out, ident, overwrite, EVAL_RESULTS):
+        ev.progress.log(f"eval: {out} already holds this eval's finished results; nothing to do")
+        return read_manifest(out)
+    with running(out):
+        return _score(ev, tasks, out, cfg, refs, started)
+
+
+def _score(ev: Evaluator, tasks: list[TaskSpec], out: Path, cfg: EvalConfig, refs: list[dict], started: float) -> Manifest:
     results, samples = {}, []
     torch.manual_seed(cfg.seed)
     for spec in tasks:
-        if spec.name in results:
-            raise UsageError(f"task {spec.name} given twice")
         results[spec.name], rows = ev.run_task(spec)
         samples += rows
     doc = {"checkpoint": str(ev.ckpt.path), "step": ev.ckpt.trainer_state.get("step"),
            "weights": ev.ckpt.weights,  # raw (model.safetensors) or ema (ema.safetensors)
            "llmctl_version": __version__,
            "config": asdict(cfg), "tasks": results}
-    run_dir.write_json("results.json", doc, default=float)
+    # results.json and samples.parquet are in place before the manifest, which names them: until it
+    # is written they are an unfinished eval's, which a re-run clears and no reader takes
+    write_text(out / "results.json", json.dumps(doc, indent=2, default=float) + "\n")
     with atomic_path(out / "samples.parquet") as tmp:
         pq.write_table(pa.Table.from_pylist(samples), tmp)
     counts = {name: {k: round(v.get("mean", v.get("value", 0.0)), 6) for k, v in r["metrics"].items()} for name, r in results.items()}
-    m = Manifest(kind="eval", stage="eval", config=asdict(cfg), inputs=[input_ref(ev.ckpt.path)] +
-                 [input_ref(t.path) for t in tasks], outputs=[], counts=counts,
-                 wall_seconds=round(time.perf_counter() - started, 3))
-    return run_dir.finish(m)
+    m = Manifest(kind="eval", stage="eval", config=asdict(cfg), inputs=refs,
+                 outputs=[output_entry(out / "results.json", None, out), output_entry(out / "samples.parquet", len(samples), out)],
+                 counts=counts, wall_seconds=round(time.perf_counter() - started, 3))
+    write_manifest(out, m)
+    return m

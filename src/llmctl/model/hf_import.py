@@ -20,10 +20,11 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
-from llmctl.artifacts.atomic import directory_only, prepare_new_out
-from llmctl.artifacts.checkpoint import LATEST, TOKENIZER_FILES, save_checkpoint
+from llmctl.artifacts.atomic import directory_only
+from llmctl.artifacts.checkpoint import LATEST, TOKENIZER_FILES, save_checkpoint, step_dir_name
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, input_ref, write_manifest
+from llmctl.artifacts.rerun import claim_out, run_identity, running
 from llmctl.errors import UsageError
 from llmctl.model.config import VOCAB_MULTIPLE, ModelConfig, shown
 from llmctl.model.hf_layout import hf_state_dict, import_config, our_state_dict
@@ -125,7 +126,9 @@ def generation_config(src: Path, hf: dict, size: int) -> dict:
 
 def import_hf(src: str | Path, out: str | Path, chat: bool | None = None, overwrite: bool = False) -> Path:
     """Write `out/step-000000/` (and `out/latest`, `out/manifest.json`) from a Hugging Face model
-    directory: config.json, model.safetensors (single or sharded), tokenizer.json (+ its siblings)."""
+    directory: config.json, model.safetensors (single or sharded), tokenizer.json (+ its siblings).
+    Run again into its own `out` (artifacts/rerun.py), an interrupted import starts over and a
+    finished one is a no-op."""
     directory_only(out, "a checkpoint")
     with output_lock(out):
         return _import_hf(Path(src), Path(out), chat, overwrite)
@@ -161,7 +164,12 @@ def _import_hf(src: Path, out: Path, chat: bool | None, overwrite: bool) -> Path
         dtype = take.dtype()
         cfg.check_memory(where, bytes_per_param=dtype.itemsize, rope=False)  # the tensors are held until saved
         take.expected = expected_shapes(cfg)
-        prepare_new_out(out, overwrite, own=("step-*", LATEST))  # what save_checkpoint writes before the manifest
+        refs = [input_ref(src / "config.json")] + [input_ref(src / n) for n in TOKENIZER_FILES if (src / n).is_file()] \
+            + [input_ref(p) for p in take.files]
+        ident = run_identity("import", {"model": cfg.to_dict(), "chat": chat}, refs)
+        if claim_out(out, ident, overwrite, own=("step-*", LATEST)):  # what save_checkpoint writes before the manifest
+            return out / step_dir_name(0)
+        stack.enter_context(running(out))
         tensors = our_state_dict(cfg, take, str(src))
         with torch.device("meta"):  # shapes checked against the config without allocating a model
             expected = {k: tuple(v.shape) for k, v in Transformer(cfg).state_dict().items()}
@@ -172,8 +180,6 @@ def _import_hf(src: Path, out: Path, chat: bool | None, overwrite: bool) -> Path
                  "chat": chat, "chat_template": vocab.chat.name if chat else None}
         path = save_checkpoint(out, 0, cfg, tensors, state, tokenizer_file=tok, dtype=dtype,
                                extra_json={TOKENIZER_FILES[3]: {**gen, "eos_token_id": list(eos) if len(eos) > 1 else eos[0]}})
-    write_manifest(out, Manifest(kind="checkpoint", stage="import", config={"model": cfg.to_dict(), "chat": chat},
-                                 inputs=[input_ref(src / "config.json")] + [input_ref(src / n) for n in TOKENIZER_FILES if (src / n).is_file()]
-                                 + [input_ref(p) for p in take.files],
-                                 outputs=[], counts={"tensors": len(tensors), "parameters": cfg.n_params()}))
+        write_manifest(out, Manifest(kind="checkpoint", stage="import", config={"model": cfg.to_dict(), "chat": chat},
+                                     inputs=refs, outputs=[], counts={"tensors": len(tensors), "parameters": cfg.n_params()}))
     return path

@@ -1,18 +1,23 @@
 """`write_report(PATH, DIR)`: walk PATH's lineage, build the sections, write DIR/report.md,
-DIR/index.html, DIR/report.json and the figures under DIR/img/."""
+DIR/index.html, DIR/report.json and the figures under DIR/img/.
+
+DIR is claimed first (artifacts/rerun.py: `.llmctl-run.json`, report's run identity), so a report
+killed half-way is a report's folder, which the next report replaces; a report is a view of the
+artifacts as they are now, so a re-run over a finished one writes it again (the evals found beside
+the lineage may have changed)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmctl import __version__
-from llmctl.artifacts.atomic import write_text
+from llmctl.artifacts.atomic import entries, write_text
 from llmctl.artifacts.lock import output_lock
-from llmctl.artifacts.manifest import has_manifest
+from llmctl.artifacts.manifest import has_manifest, input_ref
+from llmctl.artifacts.rerun import recorded_run, run_identity, start
 from llmctl.errors import UsageError
 from llmctl.report import html, markdown
 from llmctl.report.collect import collect
@@ -21,6 +26,7 @@ from llmctl.report.sections import build_sections
 from llmctl.report.sections.common import Images
 
 FILES = ("report.md", "index.html", "report.json")
+OWN = (*FILES, "img")  # what a report writes in its folder: all that a new report there replaces
 
 
 @dataclass
@@ -34,20 +40,26 @@ class Written:
 
 
 def write_report(path: str | Path, out: str | Path, evals: list[str] | None = None, discover: bool = True) -> Written:
-    """The report of `path` in folder `out` (created; a previous report there is replaced, any other
-    non-empty folder or an artifact is refused). `evals`: eval results to include by name; `discover`:
-    also the evals beside the lineage's artifacts that measured one of its runs (report/collect.py)."""
+    """The report of `path` in folder `out` (created; a previous report there, finished or not, is
+    replaced; any other non-empty folder or an artifact is refused). `evals`: eval results to
+    include by name; `discover`: also the evals beside the lineage's artifacts that measured one of
+    its runs (report/collect.py)."""
     if str(out) == "-":
         raise UsageError("a report is a folder (report.md, index.html, report.json, img/); -o - names none")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"output {out} exists and is not a directory; give the report its own folder")
     lineage = collect(path, evals, discover)
-    if has_manifest(out):
-        raise UsageError(f"{out} is an artifact; give the report its own folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / "report.json").is_file():
-        raise UsageError(f"{out} is not empty and holds no earlier report; give the report its own folder")
-    out.mkdir(parents=True, exist_ok=True)
     with output_lock(out):
-        shutil.rmtree(out / "img", ignore_errors=True)  # figures of an earlier report
+        if has_manifest(out):
+            raise UsageError(f"{out} is an artifact; give the report its own folder")
+        recorded = recorded_run(out)
+        if recorded is not None and recorded.get("stage") != "report":
+            raise UsageError(f"{out} holds an unfinished llmctl {recorded.get('stage') or 'output'}; give the report its own folder")
+        if recorded is None and entries(out) and not (out / "report.json").is_file():
+            raise UsageError(f"{out} is not empty and holds no earlier report; give the report its own folder")
+        ident = run_identity("report", {"evals": evals or [], "discover": discover}, [input_ref(path)])
+        start(out, ident, OWN, keep_others=True)  # an earlier report's files go, anything beside them stays
         sections = build_sections(lineage, Images(out))
         report = Report(str(lineage.root), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), __version__, sections)
         paths = [out / name for name in FILES]

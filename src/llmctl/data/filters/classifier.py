@@ -37,9 +37,10 @@ import numpy as np
 import pyarrow as pa
 
 from llmctl.artifacts.docs import STDIO, open_docs_inputs
-from llmctl.artifacts.atomic import prepare_new_out, temp_name
+from llmctl.artifacts.atomic import temp_name
 from llmctl.artifacts.lock import output_lock
-from llmctl.artifacts.manifest import Manifest, error_place, input_ref, output_entry, write_manifest
+from llmctl.artifacts.manifest import Manifest, error_place, input_ref, output_entry, read_manifest, write_manifest
+from llmctl.artifacts.rerun import claim_out, run_identity, running
 from llmctl.data.filters.base import Check, Step
 from llmctl.data.filters.doc import Doc
 from llmctl.hashing import h64
@@ -390,10 +391,19 @@ def _train_classifier(positive: list[str], negative: list[str], out: str, cfg: T
         raise UsageError("only one of --positive/--negative can read stdin ('-')")
     if out == STDIO:
         raise UsageError("train-classifier writes a directory; -o - is not possible")
-    prepare_new_out(out, cfg.overwrite, own=(MODEL_FILE, ".train-*"))  # written before the manifest; a killed run's scratch
     refs = [{**input_ref(p), "role": "positive"} for p in positive]
     refs += [{**input_ref(p), "role": "negative"} for p in negative]
+    config = {k: v for k, v in asdict(cfg).items() if k != "overwrite"}
+    ident = run_identity("filter train-classifier", config, refs)  # each input with its side
+    if claim_out(out, ident, cfg.overwrite, own=(MODEL_FILE, ".train-*")):  # written before the manifest; a killed run's scratch
+        progress.log(f"filter train-classifier: {out} already holds this classifier; nothing to do")
+        return read_manifest(out)
+    with running(out):
+        return _fit(positive, negative, out, cfg, refs, progress, t0)
 
+
+def _fit(positive: list[str], negative: list[str], out: str, cfg: TrainClassifierConfig, refs: list[dict],
+         progress: Progress, t0: float) -> Manifest:
     # One generator per purpose, each from the seed: the positives' sample never depends on how
     # many negatives there were, and a change in sampling never shifts the split.
     sides = {}
