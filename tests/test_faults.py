@@ -21,8 +21,10 @@ stages and train, 20 for the single-process commands). The full disk is tests/te
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -62,7 +64,12 @@ def test_two_writers_one_wins_the_other_exits_2(inputs, refs, tmp_path, stage):
     deadline = time.time() + 60
     while not (out / ".llmctl.lock").exists() and first.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    second = run([*args, "-o", out])
+    # held still while the second tries: on a loaded machine it could otherwise finish first
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = run([*args, "-o", out])
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     assert first.wait(120) == 0, first.stderr.read().decode()[-2000:]
     err = second.stderr.decode().strip()
     assert second.returncode == 2 and f"being written by pid {first.pid}" in err and len(err.splitlines()) == 1, err

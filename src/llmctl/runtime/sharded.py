@@ -24,7 +24,6 @@ artifact directory; this module does the rest:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import sys
@@ -40,7 +39,8 @@ from llmctl.artifacts.atomic import SHARDS_DIR, STDIO, check_overwrite, clear_di
 from llmctl.artifacts.docs import unify_schemas
 from llmctl.artifacts.docs_write import DocsSink
 from llmctl.artifacts.lock import output_lock
-from llmctl.artifacts.manifest import Manifest, error_place, input_identity, output_entry, write_manifest
+from llmctl.artifacts.manifest import Manifest, error_place, output_entry, write_manifest
+from llmctl.artifacts.rerun import run_identity
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, TaskResult, current_backend, run_tasks
 from llmctl.runtime.options import RunOptions
@@ -92,17 +92,6 @@ def _finished(work: Path, task: Task) -> bool:
     if task.key is not None and json.loads(marker.read_text(encoding="utf-8")).get("key") != task.key:
         raise UsageError(f"output {work} holds shard {task.name} made from other input bytes than this run reads; use --overwrite to start over")
     return True
-
-
-def config_digest(stage: str, config: dict) -> str:
-    return hashlib.sha256(json.dumps([stage, config], sort_keys=True, default=str).encode()).hexdigest()
-
-
-def run_identity(stage: str, config: dict, inputs: list[dict]) -> dict:
-    """What made OUT's shards: the stage, its config's digest, each input's identity."""
-    ident = {"stage": stage, "config": config_digest(stage, config), "inputs": [input_identity(r) for r in inputs]}
-    ident["digest"] = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
-    return ident
 
 
 def _what_changed(recorded: dict, ident: dict) -> str:

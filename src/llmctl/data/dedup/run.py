@@ -45,7 +45,8 @@ from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, run_tasks
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.options import RunOptions
-from llmctl.runtime.sharded import prepare_out, run_identity, run_sharded
+from llmctl.artifacts.rerun import run_identity
+from llmctl.runtime.sharded import prepare_out, run_sharded
 from llmctl.runtime.stage import stage_run
 
 STAGE = "dedup"
