@@ -268,6 +268,7 @@ def run_dpo(pairs: Path, init: Path, out: Path, cfg, settings: DPOSettings, val_
     (cfg.max_tokens is set from it; cfg.max_steps may stop it earlier). The trainer's other
     keywords (resume, overwrite, on_step) pass through."""
     cfg.check()
+    settings = settings.resolved()  # a bad --loss or --beta before any work
     init, tokenizer, model_cfg = resolve_init(init, "dpo")
     log = on_log or (lambda m: None)
     data = DPOData(PairOptions(Path(pairs), init, tokenizer, val_fraction, weights), settings, cfg.seq_len, cfg.seed,
