@@ -61,8 +61,8 @@ class DPOSettings:
             raise UsageError(f"dpo: --beta must be a positive number, got {beta}")
         if self.gamma is not None and self.loss != "simpo":
             raise UsageError("dpo: --gamma is SimPO's margin; it goes with --loss simpo")
-        gamma = (SIMPO_GAMMA_RATIO * beta if self.gamma is None else self.gamma) if self.loss == "simpo" else 0.0
-        if not math.isfinite(gamma):
+        gamma = (SIMPO_GAMMA_RATIO * beta if self.gamma is None else self.gamma) if self.loss == "simpo" else None
+        if gamma is not None and not math.isfinite(gamma):
             raise UsageError(f"dpo: --gamma must be a finite number, got {gamma}")
         return DPOSettings(self.loss, beta, gamma)
 
