@@ -62,3 +62,21 @@ def pair_records(n: int, seed: int = 1) -> list[dict]:
 
 def write_jsonl(path, records) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def train_config(**kw):
+    from llmctl.train.config import TrainConfig
+
+    base = dict(seq_len=64, batch_tokens=64 * 8, micro_batch=4, lr=3e-3, weight_decay=0.0, threads=1, eval_every=0,
+                warmup_tokens=0, cooldown_frac=0.0, checkpoint_every=1000, device="cpu")
+    return TrainConfig(**{**base, **kw})
+
+
+def metrics(run) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"val"' not in x]
+
+
+def final_weights(run) -> dict:
+    from llmctl.model.load import load_checkpoint
+
+    return load_checkpoint(run / "checkpoints").tensors
