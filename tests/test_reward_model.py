@@ -96,3 +96,27 @@ def test_cli_train_rm(base, tmp_path):
     p = llmctl("train-rm", ck, "--pairs", tmp_path / "bad.jsonl", "-o", tmp_path / "rm2")
     err = p.stderr.decode().strip()
     assert p.returncode == 2 and len(err.splitlines()) == 1 and "bad.jsonl:1: chosen is empty" in err
+
+
+def test_rl_reward_model_adds_its_score_logged_apart(base, tmp_path):
+    import pyarrow.parquet as pq
+
+    d, ck, _ = base
+    run_train_rm(d / "pairs.jsonl", ck, tmp_path / "rm", train_config(max_steps=2), val_fraction=0.2)
+    write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": f"Name a subject, number {i}.", "answer": "[a-z]"} for i in range(4)])
+    run = tmp_path / "rl"
+    llmctl("rl", ck, "--prompts", tmp_path / "prompts.jsonl", "--verifier", "regex", "--reward-model", tmp_path / "rm",
+           "--reward-model-coef", "0.5", "--verifier-coef", "2", "-o", run, "--steps", "1", "--prompts-per-step", "2",
+           "-G", "2", "--max-new-tokens", "6", "--headroom-limit", "0", "--no-dynamic-sampling", "-q", check=True)
+    step = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()][-1]
+    assert "rm_score_mean" in step and "verifier_reward_mean" in step
+    rows = pq.read_table(run / "rollouts" / "step-000001.parquet").to_pylist()
+    scorer = load_reward_model(tmp_path / "rm")
+    scores = scorer.score([r["prompt"] for r in rows], [r["completion"] for r in rows])
+    for r, s in zip(rows, scores):
+        assert r["rm_score"] == pytest.approx(s, abs=1e-5)
+        if not r["truncated"]:
+            assert r["reward"] == pytest.approx(2 * r["verifier_reward"] + 0.5 * r["rm_score"])
+    assert step["rm_score_mean"] == pytest.approx(sum(scores) / len(scores), abs=1e-5)
+    p = llmctl("rl", ck, "--prompts", tmp_path / "prompts.jsonl", "--verifier-coef", "0", "-o", tmp_path / "rl2")
+    assert p.returncode == 2 and "--reward-model" in p.stderr.decode()

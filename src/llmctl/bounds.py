@@ -167,6 +167,7 @@ BOUNDS: dict[str, dict[str, Bound]] = {
         "checkpoint_every": COUNT, "keep_checkpoints": COUNT, "seed": SEED,
         # a negative one is a penalty for the form; past ±1 the form would outweigh a correct answer (1)
         "format_reward": Bound(-1, 1),
+        "reward_model_coef": NONNEG, "verifier_coef": NONNEG,  # rl --reward-model: the reward's two weights
     },
     "generate": {"n": at_least(1, flag="-n"), "max_new_tokens": COUNT, "temperature": NONNEG,
                  "top_k": NONNEG, "top_p": MASS, "seed": SEED},
