@@ -128,9 +128,9 @@ class DPOData(PairData):
         return {"pairs": input_identity(input_ref(self.opts.pairs)), "init": str(self.opts.init),
                 "weights": self.opts.weights, "seq_len": self.seq_len, "dtype": self.dtype, "n": len(self.all)}
 
-    def reference(self, dist) -> torch.Tensor:
+    def reference(self, dist, micro: int) -> torch.Tensor:
         """The reference log-probs of every pair: from the run's cache when it is this run's, else
-        computed (each rank its share, summed) and cached by rank 0."""
+        computed (each rank its share, `micro` pairs a forward, summed) and cached by rank 0."""
         if self.ref is not None or not self.s.uses_reference:
             return self.ref
         path = self.out / REF_FILE
@@ -145,7 +145,7 @@ class DPOData(PairData):
                 self.on_log(f"reference log-probs of {len(self.all):,} pairs from {path}")
                 return self.ref
         self.ref = reference_logps(self.opts.init, self.opts.weights, self.all.pairs, self.template.pad_id,
-                                   dist, self.dtype, micro=16)
+                                   dist, self.dtype, micro)
         if dist.is_main:
             from llmctl.artifacts.atomic import write_text
 
@@ -158,7 +158,7 @@ class DPOData(PairData):
     def batch(self, step: int, batch_seqs: int, micro: int, dist):
         """Micro-batches (inputs, targets, reference log-probs (B, 2)); each backpropagates its
         summed pair loss · world / B_global, so the gradient is the global batch's mean."""
-        ref = self.reference(dist)
+        ref = self.reference(dist, micro)
         self._dist, self._sums = dist, [0.0] * (len(STATS) + 1)
         out = []
         for idx in self.train_pairs(step, batch_seqs, micro, dist):
@@ -199,7 +199,7 @@ class DPOData(PairData):
 
     @torch.no_grad()
     def validate(self, model, dist, micro: int, limit: int, autocast) -> dict:
-        ref = self.reference(dist)
+        ref = self.reference(dist, micro)
         val = self.val_idx[:limit] if limit else self.val_idx
         mine = val[dist.rank::dist.world]
         sums = [0.0] * (len(STATS) + 2)

@@ -75,7 +75,9 @@ class StepStats:
 
 class BatchSource(Protocol):
     """What the loop needs from its data. A batch is a tuple of CPU tensors; the loop moves it to
-    the device and runs `loss` on it under autocast."""
+    the device and runs `loss` on it under autocast. Optional, read with getattr: `run_files` (its
+    own entries in OUT), `build_model(cfg)` and `init_tensors(model, tensors)` (another model than
+    the Transformer, and what it adds to an --init checkpoint's weights), `stage` (the manifest's)."""
 
     vocab_size: int
     tokenizer_file: Path | None  # copied into every checkpoint
@@ -188,8 +190,7 @@ class Trainer:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         torch.manual_seed(self.cfg.seed)  # same initial weights on every rank (spec §A3: DP seeds)
-        # a source may train another model than the language model (train-rm: a scalar head on it)
-        build = getattr(self.source, "build_model", Transformer)
+        build = getattr(self.source, "build_model", Transformer)  # train-rm's: a scalar head on the decoder
         model = build(self.model_cfg).to(self.dist.device).set_recompute(self.cfg.recompute)
         state = {"step": 0, "tokens": 0, "skipped_steps": 0}
         ck = load_checkpoint(self.run_dir.checkpoints) if self.run_dir.has_checkpoint() else None
@@ -203,7 +204,7 @@ class Trainer:
             # training on with its optimizer state continues the raw weights those moments belong to
             weights = "raw" if self.cfg.init_optimizer else getattr(self.source, "init_weights", "auto")
             init = load_checkpoint(self.source.init, weights)
-            # and take what its model adds to the checkpoint's (a reward head, as built) through init_tensors
+            # what the source's model adds to the checkpoint's (a reward head) comes from init_tensors
             tensors = self.source.init_tensors(model, init.tensors) if hasattr(self.source, "init_tensors") else init.tensors
             apply_weights(model, tensors, init.path)
             self.on_log(f"initialized from {init.path}" + (" (its EMA weights)" if init.weights == "ema" else ""))
