@@ -151,7 +151,8 @@ BOUNDS: dict[str, dict[str, Bound]] = {
     },
     "DataSource": {"weight": POSITIVE, "max_epochs": POSITIVE},  # a train mixture's [[data]] / --data source
     "sft": {"val_fraction": SHARE_BELOW_1},  # train --sft's held-out share
-    "pairs": {"val_fraction": SHARE_BELOW_1, "beta": POSITIVE, "epochs": POSITIVE, "batch_pairs": COUNT},  # dpo, train-rm
+    # dpo, train-rm (simpo's gamma: any finite margin)
+    "pairs": {"val_fraction": SHARE_BELOW_1, "beta": POSITIVE, "epochs": POSITIVE, "batch_pairs": COUNT},
     "EvalConfig": {"shots": NONNEG, "seed": SEED, "limit": COUNT, "batch_tokens": COUNT, "samples": COUNT,
                    "temperature": NONNEG,  # 0: greedy
                    "top_k": NONNEG,  # 0: off

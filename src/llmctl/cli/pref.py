@@ -85,7 +85,7 @@ def dpo(
 
     if not pairs:
         raise UsageError("dpo: missing option --pairs")
-    check_flags("pairs", val_fraction=val_fraction, beta=beta, epochs=epochs, batch_pairs=batch_pairs)
+    check_flags("pairs", val_fraction=val_fraction, beta=beta, gamma=gamma, epochs=epochs, batch_pairs=batch_pairs)
     cfg = _config(config, set_ or [], batch_pairs, max_steps=max_steps, lr=lr, micro_batch=micro_batch, seq_len=seq_len,
                   dtype=dtype, seed=seed, eval_every=eval_every, checkpoint_every=checkpoint_every, device=device, threads=threads)
     _run(run_dpo, output, quiet, json_, pairs=Path(pairs), init=Path(checkpoint), cfg=cfg,

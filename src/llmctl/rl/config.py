@@ -79,8 +79,8 @@ class RLConfig:
             raise UsageError("rl: temperature must be > 0 (GRPO needs different samples per group)")
         if self.kl != "none" and self.kl_coef <= 0:
             raise UsageError("rl: --kl needs --kl-coef > 0")
-        if self.reward_model is None and (self.reward_model_coef != 1.0 or self.verifier_coef != 1.0):
-            raise UsageError("rl: --reward-model-coef and --verifier-coef weigh the reward model's score: give --reward-model RM")
+        if self.reward_model is None and self.verifier_coef == 0:
+            raise UsageError("rl: verifier_coef 0 (--verifier-coef 0) leaves no reward without --reward-model RM")
         if self.headroom_limit < 0:
             raise UsageError(f"rl: headroom_limit must be >= 0 (0 turns the headroom off), got {self.headroom_limit}")
         check_mode(self.recompute, "rl: recompute")
