@@ -186,3 +186,31 @@ def test_cli_dpo_runs_and_reports(base, tmp_path):
     assert cfg["dpo"]["loss"] == "ipo" and cfg["dpo"]["beta"] == 0.1
     ck_state = json.loads(next((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")).read_text())
     assert ck_state["chat"] is True
+
+
+def test_two_ranks_match_one_process(base, tmp_path):
+    """torchrun with 2 gloo ranks: each computes half the reference table and half of every batch;
+    the metrics (all-reduced) and the held-out numbers are the single process's to float rounding."""
+    import os
+    import subprocess
+    import sys
+
+    d, ck, _ = base
+    args = ["dpo", ck, "--pairs", d / "pairs.jsonl", "--seq-len", "64", "--batch-pairs", "8", "--micro-batch", "2",
+            "--max-steps", "3", "--val-fraction", "0.2", "--eval-every", "3", "-q", "--device", "cpu"]
+    llmctl(*args, "-o", tmp_path / "one", check=True)
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "llmctl",
+                        *map(str, args), "-o", str(tmp_path / "two")], capture_output=True,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    a = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert len(a) == len(b) == 4 and "val" in a[-1]
+    for ra, rb in zip(a, b):
+        for k in ("loss", "reward_margin", "pref_accuracy", "chosen_logps", "rejected_logps", "implicit_kl"):
+            if k in ra:
+                assert rb[k] == pytest.approx(ra[k], rel=1e-5, abs=1e-5), k
+        if "val" in ra:
+            assert rb["val"] == pytest.approx(ra["val"], rel=1e-5, abs=1e-5)
+    ref = [torch.tensor(json.loads((tmp_path / run / REF_FILE).read_text())["logps"]) for run in ("one", "two")]
+    assert torch.allclose(ref[0], ref[1], atol=1e-4, rtol=0)
