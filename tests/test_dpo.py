@@ -214,3 +214,31 @@ def test_two_ranks_match_one_process(base, tmp_path):
             assert rb["val"] == pytest.approx(ra["val"], rel=1e-5, abs=1e-5)
     ref = [torch.tensor(json.loads((tmp_path / run / REF_FILE).read_text())["logps"]) for run in ("one", "two")]
     assert torch.allclose(ref[0], ref[1], atol=1e-4, rtol=0)
+
+
+def test_an_imported_chatml_model_trains_through_its_own_template(tmp_path):
+    """A Qwen2.5-shaped release imported: pairs render through its ChatML template (the ids
+    transformers' apply_chat_template gives), the loss mask is the completion and its <|im_end|>."""
+    import transformers
+
+    from test_hf_models import build
+    from llmctl.tokenizer.vocab import Vocab
+    from llmctl.train.pairs import encode_side
+
+    src = build("qwen2.5", tmp_path)
+    llmctl("import", src, "-o", tmp_path / "ck", check=True)
+    prompt = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The miller carries grain. Who?"}]
+    chosen = [{"role": "assistant", "content": "The miller."}]
+    ids, mask = encode_side(Vocab(tmp_path / "ck" / "step-000000").require_chat(), prompt, chosen)
+    tok = transformers.AutoTokenizer.from_pretrained(src)
+    full = tok.apply_chat_template(prompt + chosen, tokenize=True, return_dict=True)["input_ids"]
+    head = tok.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    assert ids == list(full) and full[:len(head)] == head
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    last = len(head) + list(full[len(head):]).index(end)
+    assert mask == [0] * len(head) + [1] * (last + 1 - len(head)) + [0] * (len(full) - last - 1)
+    write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": prompt, "chosen": chosen,
+                                            "rejected": [{"role": "assistant", "content": "A farmer."}]}] * 4)
+    m = run_dpo(tmp_path / "pairs.jsonl", tmp_path / "ck", tmp_path / "run", train_config(batch_tokens=64 * 4),
+                DPOSettings(), epochs=2)
+    assert m.counts["steps"] == 2 and m.counts["pairs"] == 4
