@@ -12,7 +12,9 @@ An optional numeric `margin` is how much better chosen is (Llama 2's reward-mode
 
 Each side is rendered with the checkpoint's chat template (tokenizer/vocab.py picks llmctl's or
 an imported model's) as prompt + completion; the loss mask is the template's assistant mask with
-the prompt's tokens zeroed, so only the completion's tokens (and the turn end closing them) count.
+the prompt's tokens zeroed, so only the completion's tokens (and the turn end closing them) count,
+as in SFT. (TRL counts every token after the prompt: in ChatML also the newline after <|im_end|>,
+which the model never generates; with llmctl's own template the two are the same tokens.)
 
 Bad records never stop the run: a missing or mistyped field, an empty completion, chosen equal to
 rejected, or a pair whose longer side does not fit seq_len + 1 tokens is skipped and counted
