@@ -37,7 +37,7 @@ CheckpointEvery = Annotated[Optional[int], typer.Option("--checkpoint-every", he
 Device = Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda.")]
 Threads = Annotated[Optional[int], typer.Option("--threads", help="Torch CPU threads.")]
 Weights = Annotated[str, typer.Option("--weights", help="Which weights of CKPT start the run: auto (its EMA where it has one), ema or raw.")]
-Sets = Annotated[Optional[list[str]], typer.Option("--set", help="Override a preset's [train] key: train.weight_decay=0.0 (repeatable).")]
+Sets = Annotated[Optional[list[str]], typer.Option("--set", help="Override a preset's train keys: train.weight_decay=0.0 (repeatable).")]
 
 
 def _config(config: str, sets: list[str], batch_pairs: int | None, **flags_):
@@ -68,7 +68,7 @@ def dpo(
     checkpoint: Ckpt,
     pairs: Pairs = "",
     output: Output = "",
-    config: Annotated[str, typer.Option("--config", "-c", help="Preset under stages/train/ (dpo-tiny) or a .toml with a [train] table.")] = "dpo-tiny",
+    config: Annotated[str, typer.Option("--config", "-c", help="Preset under stages/train/ (dpo-tiny) or a .toml with a train table.")] = "dpo-tiny",
     loss: Annotated[str, typer.Option("--loss", help="sigmoid (DPO), ipo (IPO: squared, length-averaged) or simpo (SimPO: reference-free, length-averaged, margin --gamma).")] = "sigmoid",
     beta: Annotated[Optional[float], typer.Option("--beta", help="Strength of the preference term; default: the loss's paper value (0.1 sigmoid and ipo, 2.0 simpo).")] = None,
     gamma: Annotated[Optional[float], typer.Option("--gamma", help="SimPO's target reward margin (default 0.5 · beta).")] = None,
@@ -98,7 +98,7 @@ def train_rm(
     checkpoint: Ckpt,
     pairs: Pairs = "",
     output: Output = "",
-    config: Annotated[str, typer.Option("--config", "-c", help="Preset under stages/train/ (rm-tiny) or a .toml with a [train] table.")] = "rm-tiny",
+    config: Annotated[str, typer.Option("--config", "-c", help="Preset under stages/train/ (rm-tiny) or a .toml with a train table.")] = "rm-tiny",
     val_fraction: ValFraction = 0.1, epochs: Epochs = 1.0, batch_pairs: BatchPairs = None, resume: Resume = False,
     max_steps: MaxSteps = None, lr: Lr = None, micro_batch: MicroBatch = None, seq_len: SeqLen = None, dtype: Dtype = None,
     seed: Seed = None, eval_every: EvalEvery = None, checkpoint_every: CheckpointEvery = None, device: Device = None,
