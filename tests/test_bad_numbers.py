@@ -70,6 +70,8 @@ def tiny(tmp_path_factory):
     _warc(d / "tiny.warc.gz")
     (d / "tasks.jsonl").write_text("".join(json.dumps({"prompt": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n" for i in range(4)))
     (d / "filter.toml").write_text('[[steps]]\nname = "c4"\n')
+    (d / "pairs.jsonl").write_text("".join(json.dumps({"prompt": f"river {i}?", "chosen": "mill", "rejected": "stone"}) + "\n"
+                                           for i in range(4)))
     done(cli("filter", d / "docs.parquet", "-o", d / "annotated", "--config", d / "filter.toml", "--annotate-only", "--workers", "1", "-q"))
     done(cli("tokenize", "train", d / "docs.parquet", "-o", d / "tok", "--vocab-size", "300", "-q"))
     done(cli("tokenize", d / "docs.parquet", "-o", d / "tokens", "-t", d / "tok", "--workers", "1", "-q"))
@@ -101,6 +103,8 @@ def base_args(path: tuple[str, ...], t: dict, out) -> list:
         ("tokenize", "run"): [docs, "-o", out, "-t", d / "tok", "--workers", "1"],
         ("tokenize", "train"): [docs, "-o", out, "--vocab-size", "300"],
         ("eval", "run"): [d / "run", "-o", out, "-t", f"gen:{tasks}", "--limit", "2", "--max-new-tokens", "2"],
+        **{(pref,): [d / "run", "--pairs", d / "pairs.jsonl", "-o", out, "--seq-len", "32", "--batch-pairs", "2",
+                     "--micro-batch", "2", "--max-steps", "1", "--threads", "1", "--device", "cpu"] for pref in ("dpo", "train-rm")},
     }[path]
 
 

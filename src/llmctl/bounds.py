@@ -151,6 +151,8 @@ BOUNDS: dict[str, dict[str, Bound]] = {
     },
     "DataSource": {"weight": POSITIVE, "max_epochs": POSITIVE},  # a train mixture's [[data]] / --data source
     "sft": {"val_fraction": SHARE_BELOW_1},  # train --sft's held-out share
+    # dpo, train-rm (simpo's gamma: any finite margin)
+    "pairs": {"val_fraction": SHARE_BELOW_1, "beta": POSITIVE, "epochs": POSITIVE, "batch_pairs": COUNT},
     "EvalConfig": {"shots": NONNEG, "seed": SEED, "limit": COUNT, "batch_tokens": COUNT, "samples": COUNT,
                    "temperature": NONNEG,  # 0: greedy
                    "top_k": NONNEG,  # 0: off
@@ -166,6 +168,7 @@ BOUNDS: dict[str, dict[str, Bound]] = {
         "checkpoint_every": COUNT, "keep_checkpoints": COUNT, "seed": SEED,
         # a negative one is a penalty for the form; past ±1 the form would outweigh a correct answer (1)
         "format_reward": Bound(-1, 1),
+        "reward_model_coef": NONNEG, "verifier_coef": NONNEG,  # rl --reward-model: the reward's two weights
     },
     "generate": {"n": at_least(1, flag="-n"), "max_new_tokens": COUNT, "temperature": NONNEG,
                  "top_k": NONNEG, "top_p": MASS, "seed": SEED},

@@ -44,6 +44,9 @@ def rl(
     dynamic_sampling: Annotated[Optional[bool], typer.Option("--dynamic-sampling/--no-dynamic-sampling", help="Drop groups whose rewards are all equal and draw more prompts.")] = None,
     truncated: Annotated[Optional[str], typer.Option("--truncated", help="Samples cut at --max-new-tokens: mask (out of the loss) or zero (reward 0).")] = None,
     verifier: Annotated[Optional[str], typer.Option("--verifier", help="math, exact, regex or python (runs the code in a sandbox: Landlock, seccomp, rlimits, an unprivileged uid when root).")] = None,
+    reward_model: Annotated[Optional[str], typer.Option("--reward-model", help="A `llmctl train-rm` checkpoint whose score of each sample is added to the verifier's reward (logged apart: rm_score_mean, verifier_reward_mean).")] = None,
+    reward_model_coef: Annotated[Optional[float], typer.Option("--reward-model-coef", help="Weight of the reward model's score in the reward (default 1).")] = None,
+    verifier_coef: Annotated[Optional[float], typer.Option("--verifier-coef", help="Weight of the verifier's reward (default 1; 0: the reward model alone, the verifier still measures accuracy).")] = None,
     unsafe_sandbox: Annotated[Optional[bool], typer.Option("--unsafe-sandbox", help="--verifier python on a host without Landlock or seccomp (or not Linux): run the code anyway, with what protection there is, instead of refusing.")] = None,
     recompute: Annotated[Optional[str], typer.Option("--recompute", help="Activation recomputation in the training forwards: none, selective or block (less memory, more time, the same results; see train --recompute).")] = None,
     weights: Annotated[Optional[str], typer.Option("--weights", help="The starting checkpoint's auto (its EMA weights where it has them), ema or raw weights.")] = None,
@@ -66,6 +69,7 @@ def rl(
                      adv_estimator=adv_estimator, adv_std=adv_std, clip_low=clip_low, clip_high=clip_high,
                      ratio_level=ratio_level, headroom_limit=headroom_limit, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
                      epochs=epochs, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, unsafe_sandbox=unsafe_sandbox, seed=seed, device=device,
+                     reward_model=reward_model, reward_model_coef=reward_model_coef, verifier_coef=verifier_coef,
                      recompute=recompute, weights=weights)
     cfg = build_config(RLConfig, "rl", config, overrides)
     m = run_rl(checkpoint, prompts, Path(output), cfg, eval_file=eval_prompts, resume=resume, overwrite=overwrite,

@@ -47,6 +47,12 @@ class RLConfig:
     truncated: str = "mask"  # mask | zero
     verifier: str = "math"
     format_reward: float = 0.0
+    # a `train-rm` checkpoint whose score is added to the reward: reward = verifier_coef · the
+    # verifier's reward + reward_model_coef · the RM's score (verifier_coef 0: the RM alone; the
+    # verifier still decides `correct`, logged as accuracy); both parts are logged apart
+    reward_model: str | None = None
+    reward_model_coef: float = 1.0
+    verifier_coef: float = 1.0
     # python verifier: run the code even on a host that lacks one of the sandbox's protections
     # (Landlock, seccomp, Linux); without it such a host refuses the run at start-up
     unsafe_sandbox: bool = False
@@ -73,6 +79,8 @@ class RLConfig:
             raise UsageError("rl: temperature must be > 0 (GRPO needs different samples per group)")
         if self.kl != "none" and self.kl_coef <= 0:
             raise UsageError("rl: --kl needs --kl-coef > 0")
+        if self.reward_model is None and self.verifier_coef == 0:
+            raise UsageError("rl: verifier_coef 0 (--verifier-coef 0) leaves no reward without --reward-model RM")
         if self.headroom_limit < 0:
             raise UsageError(f"rl: headroom_limit must be >= 0 (0 turns the headroom off), got {self.headroom_limit}")
         check_mode(self.recompute, "rl: recompute")

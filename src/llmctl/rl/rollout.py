@@ -36,6 +36,8 @@ class Sample:
     masked: bool  # out of the loss: truncated (mask mode) or unverifiable
     truncated: bool
     advantage: float = 0.0
+    verifier_reward: float = 0.0  # the verifier's part of `reward`
+    rm_score: float | None = None  # the reward model's score (rl --reward-model), before its coefficient
 
 
 class Prompter:
@@ -75,24 +77,33 @@ def row_seed(*parts: int) -> int:
 
 
 def sample_groups(engine: Engine, prompter: Prompter, prompts: list[dict], indices: list[int], G: int,
-                  params: SamplingParams, verifier, truncated: str, seeds: list[int] | None = None) -> list[list[Sample]]:
+                  params: SamplingParams, verifier, truncated: str, seeds: list[int] | None = None,
+                  scorer=None, coefs: tuple[float, float] = (1.0, 1.0)) -> list[list[Sample]]:
     """One group of G samples for each prompt in `indices` (prompts[i] = {prompt, reference}).
+    With a reward model's `scorer` (train/reward_model.py RewardScorer), reward = coefs[0] · the
+    verifier's reward + coefs[1] · the RM's score of (prompt, completion text).
 
     With `seeds` (one per prompt) sample j of prompt k draws from its own generator, seeded by
     (seeds[k], j): the group is the same whichever other prompts share the generation batch."""
     ids = [prompter.ids(prompts[i]["prompt"]) for i in indices]
     rows = None if seeds is None else [row_seed(s, j) for s in seeds for j in range(G)]
     gens: list[Generation] = engine.generate([p for p in ids for _ in range(G)], params, seeds=rows)
+    scores = None
+    if scorer is not None:
+        scores = scorer.score([prompts[i]["prompt"] for i in indices for _ in range(G)], [gen.text for gen in gens])
     groups = []
     for g, i in enumerate(indices):
         group = []
-        for gen in gens[g * G : (g + 1) * G]:
+        for j, gen in enumerate(gens[g * G : (g + 1) * G]):
             verdict = verifier.verify(gen.text, prompts[i]["reference"])
             is_trunc = gen.truncated
             masked = verdict.masked or (is_trunc and truncated == "mask")
-            reward = 0.0 if (is_trunc and truncated == "zero") else float(verdict.reward)
+            rm = None if scores is None else float(scores[g * G + j])
+            reward = coefs[0] * float(verdict.reward) + (coefs[1] * rm if rm is not None else 0.0)
+            reward = 0.0 if (is_trunc and truncated == "zero") else reward
             completion = gen.ids + ([gen.stop_id] if gen.finish == "eos" else [])
-            group.append(Sample(i, g, gen.prompt_ids, completion, gen.text, reward, verdict.correct, masked, is_trunc))
+            group.append(Sample(i, g, gen.prompt_ids, completion, gen.text, reward, verdict.correct, masked, is_trunc,
+                                verifier_reward=float(verdict.reward), rm_score=rm))
         groups.append(group)
     return groups
 
@@ -122,7 +133,9 @@ class RolloutWriter:
         """One file for the step on rank 0: every rank's groups, in (draw, slot) order as one process writes them."""
         rows = [(key, [{"step": step, "prompt_index": s.prompt_index, "prompt": self.prompts[s.prompt_index]["prompt"],
                         "completion": s.text, "reward": s.reward, "correct": s.correct, "advantage": s.advantage,
-                        "length": len(s.completion_ids), "truncated": s.truncated, "masked": s.masked} for s in g])
+                        "length": len(s.completion_ids), "truncated": s.truncated, "masked": s.masked,
+                        **({"verifier_reward": s.verifier_reward, "rm_score": s.rm_score} if s.rm_score is not None else {})}
+                       for s in g])
                 for key, g in sampled]
         gathered = distributed.gather_objects(rows, self.dist)
         if gathered is None:

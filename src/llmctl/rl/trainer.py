@@ -54,8 +54,8 @@ from llmctl.torchrt.rundir import TRAINING_RUN, RunDir
 
 
 # per-sample numbers every rank shares after each draw (rl/trainer.py's all-reduced table)
-COLUMNS = ("reward", "correct", "length", "truncated", "masked")
-REWARD, CORRECT, LENGTH, TRUNCATED, MASKED = range(len(COLUMNS))
+COLUMNS = ("reward", "correct", "length", "truncated", "masked", "verifier_reward", "rm_score")
+REWARD, CORRECT, LENGTH, TRUNCATED, MASKED, VERIFIER_REWARD, RM_SCORE = range(len(COLUMNS))
 
 
 class RLTrainer:
@@ -120,6 +120,13 @@ class RLTrainer:
         if resume and (opt_state := ck.optimizer_state()) is not None:
             self.opt.load_state_dict(opt_state)
         self.held_out = HeldOut(self.model, eval_prompts, eval_prompter, self.verifier, cfg, d) if eval_prompts else None
+        self.scorer = None
+        if cfg.reward_model:  # rl --reward-model: a train-rm checkpoint scores every sample
+            from llmctl.train.reward_model import load_reward_model
+
+            self.scorer = load_reward_model(cfg.reward_model, self.device)
+            self.on_log(f"reward: {cfg.verifier_coef:g} × the {cfg.verifier} verifier + {cfg.reward_model_coef:g} × "
+                        f"the reward model {self.scorer.path}")
 
     def _saved_init_weights(self) -> str | None:
         """Which weights of the init checkpoint the run being resumed started from (its config.json)."""
@@ -161,10 +168,12 @@ class RLTrainer:
             positions = range(start + lo, start + lo + share)
             idx = self._prompt_indices(positions.start, share)
             seeds = [row_seed(c.seed, step, p) for p in positions]  # a prompt's samples: the same on any rank
-            groups = sample_groups(engine, self.prompter, self.prompts, idx, G, params, self.verifier, c.truncated, seeds)
+            groups = sample_groups(engine, self.prompter, self.prompts, idx, G, params, self.verifier, c.truncated, seeds,
+                                   self.scorer, (c.verifier_coef, c.reward_model_coef))
             table = np.zeros((P, G, len(COLUMNS)))
             for k, g in enumerate(groups):
-                table[lo + k] = [[s.reward, bool(s.correct), len(s.completion_ids), s.truncated, s.masked] for s in g]
+                table[lo + k] = [[s.reward, bool(s.correct), len(s.completion_ids), s.truncated, s.masked,
+                                  s.verifier_reward, s.rm_score or 0.0] for s in g]
                 mine[(draw, lo + k)] = g
             # every rank's numbers, exact (float64 sums of one value and zeros)
             table = np.array(distributed.all_reduce_sum(table.ravel().tolist(), d)).reshape(table.shape)
@@ -189,6 +198,9 @@ class RLTrainer:
                 "truncation_rate": float(np.mean(every[:, TRUNCATED])),
                 "masked_share": float(np.mean(every[:, MASKED])),
                 "generated_tokens": int(every[:, LENGTH].sum())}
+        if self.scorer is not None:  # the reward's two parts, apart
+            info["verifier_reward_mean"] = float(np.mean(every[:, VERIFIER_REWARD]))
+            info["rm_score_mean"] = float(np.mean(every[:, RM_SCORE]))
         return own, kept_table, info, sorted(mine.items(), key=lambda kv: kv[0])
 
     def _set_advantages(self, own: list[tuple[int, list[Sample]]], kept_table: np.ndarray) -> None:

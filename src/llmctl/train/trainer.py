@@ -75,7 +75,9 @@ class StepStats:
 
 class BatchSource(Protocol):
     """What the loop needs from its data. A batch is a tuple of CPU tensors; the loop moves it to
-    the device and runs `loss` on it under autocast."""
+    the device and runs `loss` on it under autocast. Optional, read with getattr: `run_files` (its
+    own entries in OUT), `build_model(cfg)` and `init_tensors(model, tensors)` (another model than
+    the Transformer, and what it adds to an --init checkpoint's weights), `stage` (the manifest's)."""
 
     vocab_size: int
     tokenizer_file: Path | None  # copied into every checkpoint
@@ -175,7 +177,8 @@ class Trainer:
         if self.batch_seqs % self.dist.world:
             raise UsageError(f"train: {self.batch_seqs} sequences per batch do not split over {self.dist.world} ranks")
         self.total_steps = math.ceil(cfg.max_tokens / cfg.batch_tokens)
-        self.run_dir = RunDir(out, self.dist)
+        # a source's own files in OUT (dpo's cached reference log-probs) are the run's: --overwrite removes them
+        self.run_dir = RunDir(out, self.dist, entries=rundir.TRAINING_RUN + tuple(getattr(source, "run_files", ())))
         # what a resumed run must share with the one it continues: the architecture and the data
         self.inputs = [input_identity(r) for r in source.manifest(None)[1]]
         self.run_dir.prepare(resume, overwrite, expect={"model": self.model_cfg.to_dict(), "inputs": self.inputs})
@@ -187,7 +190,8 @@ class Trainer:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         torch.manual_seed(self.cfg.seed)  # same initial weights on every rank (spec §A3: DP seeds)
-        model = Transformer(self.model_cfg).to(self.dist.device).set_recompute(self.cfg.recompute)
+        build = getattr(self.source, "build_model", Transformer)  # train-rm's: a scalar head on the decoder
+        model = build(self.model_cfg).to(self.dist.device).set_recompute(self.cfg.recompute)
         state = {"step": 0, "tokens": 0, "skipped_steps": 0}
         ck = load_checkpoint(self.run_dir.checkpoints) if self.run_dir.has_checkpoint() else None
         init = None
@@ -200,7 +204,9 @@ class Trainer:
             # training on with its optimizer state continues the raw weights those moments belong to
             weights = "raw" if self.cfg.init_optimizer else getattr(self.source, "init_weights", "auto")
             init = load_checkpoint(self.source.init, weights)
-            apply_weights(model, init.tensors, init.path)
+            # what the source's model adds to the checkpoint's (a reward head) comes from init_tensors
+            tensors = self.source.init_tensors(model, init.tensors) if hasattr(self.source, "init_tensors") else init.tensors
+            apply_weights(model, tensors, init.path)
             self.on_log(f"initialized from {init.path}" + (" (its EMA weights)" if init.weights == "ema" else ""))
         self.ema = self._build_ema(model, ck, state)
         model = distributed.wrap(model, self.dist, self.cfg.fsdp)
@@ -430,7 +436,7 @@ class Trainer:
             counts["skipped_data_steps"] = len(state["skipped_data"])
         counts.update({f"val_ema_{k}": v for k, v in (val_ema or {}).items()})
         config = {"model": self.model_cfg.to_dict(), "train": asdict(self.cfg), **config}
-        return self.run_dir.finish(Manifest(kind="run", stage="train", config=config, inputs=inputs, outputs=[],
+        return self.run_dir.finish(Manifest(kind="run", stage=getattr(self.source, "stage", "train"), config=config, inputs=inputs, outputs=[],
                                             counts=counts, wall_seconds=round(wall, 3)))
 
 
