@@ -170,6 +170,9 @@ BOUNDS: dict[str, dict[str, Bound]] = {
         "format_reward": Bound(-1, 1),
         "reward_model_coef": NONNEG, "verifier_coef": NONNEG,  # rl --reward-model: the reward's two weights
     },
+    "BestOfNConfig": {"n": at_least(2, flag="-n"), "max_new_tokens": COUNT, "temperature": POSITIVE, "top_p": MASS,
+                      "reward_model_coef": NONNEG, "verifier_coef": NONNEG, "limit": COUNT, "gen_batch": COUNT, "seed": SEED,
+                      "format_reward": Bound(-1, 1)},
     "generate": {"n": at_least(1, flag="-n"), "max_new_tokens": COUNT, "temperature": NONNEG,
                  "top_k": NONNEG, "top_p": MASS, "seed": SEED},
     "inspect": {"samples": NONNEG},

@@ -77,3 +77,44 @@ def rl(
                on_log=lambda msg: None if quiet else render.plain(msg))
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: one summary, rank 0's
         render.report(m, output, quiet, as_json, rate_key="steps")
+
+
+@app.command("best-of-n")
+def best_of_n(
+    checkpoint: Annotated[Optional[str], typer.Argument(help="The policy to sample (an SFT model, a run dir, an imported HF model); not with --from-rollouts.")] = None,
+    prompts: Annotated[Optional[str], typer.Option("--prompts", help="Prompts with checkable answers, as `rl --prompts` reads them.")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="Folder: sft.jsonl (the kept completions as chats), pairs.jsonl (best vs worst per prompt), manifest.json.")] = "",
+    from_rollouts: Annotated[Optional[str], typer.Option("--from-rollouts", help="An `llmctl rl` run: select from the samples it already scored (rollouts/) instead of sampling.")] = None,
+    n: Annotated[int, typer.Option("-n", help="Samples per prompt.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Completion budget; a cut sample is never kept.")] = 128,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature (> 0).")] = 1.0,
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass.")] = 1.0,
+    verifier: Annotated[str, typer.Option("--verifier", help="math, exact, regex or python: scores each sample as rl does.")] = "math",
+    reward_model: Annotated[Optional[str], typer.Option("--reward-model", help="A `llmctl train-rm` checkpoint whose score is added to the verifier's.")] = None,
+    reward_model_coef: Annotated[float, typer.Option("--reward-model-coef", help="Weight of the reward model's score.")] = 1.0,
+    verifier_coef: Annotated[float, typer.Option("--verifier-coef", help="Weight of the verifier's reward (0: the reward model alone).")] = 1.0,
+    min_reward: Annotated[Optional[float], typer.Option("--min-reward", help="Keep every completion scoring at least this (default: the best one of each prompt).")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N prompts.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Sampling seed: each sample has its own generator from (seed, prompt, sample).")] = 0,
+    device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """Rejection sampling: n scored samples per prompt, the best kept as SFT chats, best against worst as
+    DPO / reward-model pairs. A re-run over its own finished output does nothing."""
+    from llmctl.bounds import check_flags
+    from llmctl.cli.console import ConsoleProgress
+    from llmctl.errors import UsageError
+    from llmctl.rl.best_of_n import BestOfNConfig, run_best_of_n
+
+    quiet, as_json = flags(quiet, json_)
+    if not output:
+        raise UsageError("best-of-n: -o OUT is required")
+    check_flags("BestOfNConfig", n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, limit=limit,
+                reward_model_coef=reward_model_coef, verifier_coef=verifier_coef, seed=seed, min_reward=min_reward)
+    cfg = BestOfNConfig(n=n, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, verifier=verifier,
+                        reward_model=reward_model, reward_model_coef=reward_model_coef, verifier_coef=verifier_coef,
+                        min_reward=min_reward, limit=limit, seed=seed, device=device)
+    m = run_best_of_n(Path(output), cfg, checkpoint, prompts, from_rollouts, overwrite, ConsoleProgress(quiet))
+    render.report(m, output, quiet, as_json)
