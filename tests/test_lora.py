@@ -136,3 +136,143 @@ def test_same_as_peft_at_init_and_after_one_step(kw, targets):
         moved = (ours(y) - hf_twin(ours)(y).logits).abs().max()
         assert moved > 1e-3  # the step moved the adapters
         assert (ours(y) - theirs(y).logits).abs().max() <= 1e-5
+
+
+# -- train --sft with --lora-*, export, PEFT ---------------------------------------------------
+
+from conftest import llmctl  # noqa: E402
+from test_sft import SFT_ARGS, chats, tok  # noqa: E402,F401  (fixtures)
+from test_train import SMALL, step_losses, tokens  # noqa: E402,F401  (tokens is a fixture)
+from llmctl.model.load import load_checkpoint, load_model  # noqa: E402
+
+LORA = ["--lora-rank", "4", "--lora-alpha", "8", "--lora-targets", "q,k,v,o,gate,up,down"]
+RUN = [*SFT_ARGS[10:], "--max-tokens", "12288", "--lr", "1e-2"]  # 12 steps
+
+
+@pytest.fixture(scope="module")
+def base(tokens, tmp_path_factory):
+    out = tmp_path_factory.mktemp("base") / "base"
+    llmctl("train", tokens / "train", "-o", out, *SMALL, "--max-steps", "3", check=True)
+    return out
+
+
+def one_line_exit_2(p) -> str:
+    err = p.stderr.decode().strip()
+    errors = [line for line in err.splitlines() if line.startswith("llmctl: error:")]
+    assert p.returncode == 2 and len(errors) == 1 and "Traceback" not in err, err
+    return errors[0]
+
+
+def test_lora_sft_trains_adapters_only_and_resumes_bitwise(base, chats, tmp_path):
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    args = ["train", "--sft", chats, "--init", base, *LORA, *RUN]
+    p = llmctl(*args, "-o", full, check=True)
+    assert "LoRA r 4" in p.stderr.decode()
+    losses = [loss for _, loss in step_losses(full)]
+    assert len(losses) == 12 and sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.1  # the base is 3 steps old: most of its loss is in the frozen tables
+    ck = load_checkpoint(full, merged=False)
+    assert ck.tensors and all(".lora_" in k for k in ck.tensors)
+    assert ck.lora.rank == 4 and ck.lora_base["path"] == str(load_checkpoint(base).path)
+    opt = torch.load(ck.path / "optimizer.pt", weights_only=True)
+    assert len(opt["state"]) == len(ck.tensors)  # AdamW moments of the adapters alone
+    assert (ck.path / "model.safetensors").stat().st_size < (load_checkpoint(base).path / "model.safetensors").stat().st_size / 4
+
+    llmctl(*args, "-o", cut, "--max-steps", "5", check=True)
+    llmctl(*args, "-o", cut, "--resume", check=True)
+    assert step_losses(cut) == step_losses(full)  # bitwise
+
+    p = llmctl(*args, "-o", cut, "--resume", "--lora-rank", "8")
+    assert "LoRA settings" in one_line_exit_2(p)
+    from llmctl.train.lora import resume
+
+    with pytest.raises(UsageError, match="not the base this LoRA run adapts"):
+        model = Transformer(ck.config)
+        resume(model, ck, _retrained(base, tmp_path), None, lambda m: None)
+
+
+def _retrained(base, tmp_path):
+    """A copy of the base checkpoint with its weights changed (same architecture, another hash)."""
+    import shutil
+    from safetensors.torch import load_file, save_file
+
+    src = load_checkpoint(base).path
+    dst = tmp_path / "other" / "step-000003"
+    shutil.copytree(src, dst)
+    t = load_file(str(dst / "model.safetensors"))
+    t["norm.weight"] = t["norm.weight"] + 0.5
+    save_file(t, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return dst
+
+
+def test_resume_on_another_base_and_a_changed_base_are_refused(base, chats, tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "--sft", chats, *LORA, *RUN, "--max-steps", "2"]
+    llmctl(*args, "--init", base, "-o", run, check=True)
+    other = _retrained(base, tmp_path)
+    p = llmctl(*args, "--init", other, "-o", run, "--resume")
+    one_line_exit_2(p)
+    # the base changed in place: every reader of the LoRA checkpoint refuses it
+    import shutil
+    f = load_checkpoint(base).path / "model.safetensors"
+    saved = tmp_path / "saved.safetensors"
+    shutil.copyfile(f, saved)
+    try:
+        shutil.copyfile(other / "model.safetensors", f)
+        with pytest.raises(UsageError, match="not the checkpoint these adapters were trained on"):
+            load_model(run)
+        assert "not the checkpoint these adapters" in one_line_exit_2(llmctl("export", run, "--merge", "-o", tmp_path / "m"))
+    finally:
+        shutil.copyfile(saved, f)
+
+
+@pytest.mark.parametrize("flags, match", [(["--lora-rank", "0"], "--lora-rank"),
+                                          (["--lora-rank", "4", "--lora-targets", "q,qkv"], "unknown target"),
+                                          (["--lora-alpha", "4"], "go with --lora-rank"),
+                                          (["--lora-rank", "4", "--lora-dropout", "1.5"], "--lora-dropout"),
+                                          (["--lora-rank", "4", "--ema-decay", "0.9"], "--ema-decay")])
+def test_bad_lora_flags_exit_2_one_line(chats, base, tmp_path, flags, match):
+    p = llmctl("train", "--sft", chats, "--init", base, "-o", tmp_path / "r", *flags)
+    assert match in one_line_exit_2(p)
+
+
+def test_lora_needs_init(chats, tok, tmp_path):
+    p = llmctl("train", "--sft", chats, "--tokenizer", tok, "-o", tmp_path / "r", "--lora-rank", "4")
+    assert "--init" in one_line_exit_2(p)
+
+
+@pytest.fixture(scope="module")
+def qwen_base(tmp_path_factory):
+    """A tiny random Qwen2 (q/k/v biases), saved by transformers and brought in with `llmctl import`."""
+    from test_hf_models import build
+
+    root = tmp_path_factory.mktemp("qwen")
+    ck = root / "ck"
+    llmctl("import", build("qwen2.5", root), "-o", ck, check=True)
+    return ck
+
+
+def test_adapter_export_loads_in_peft_with_llmctl_logits(qwen_base, chats, tmp_path):
+    run = tmp_path / "run"
+    llmctl("train", "--sft", chats, "--init", qwen_base, "-o", run, *LORA, "--seq-len", "128", "--batch-tokens", "512",
+           "--micro-batch", "4", "--max-tokens", "2048", "--lr", "1e-2", "--threads", "1", check=True)
+    for flags, out in (([], "base_hf"),):
+        llmctl("export", qwen_base, "-o", tmp_path / out, *flags, check=True)
+    llmctl("export", run, "--adapter", "-o", tmp_path / "adapter", check=True)
+    llmctl("export", run, "--merge", "-o", tmp_path / "merged", check=True)
+    assert "--merge" in one_line_exit_2(llmctl("export", run, "-o", tmp_path / "plain"))
+    assert "not a LoRA checkpoint" in one_line_exit_2(llmctl("export", qwen_base, "--adapter", "-o", tmp_path / "a2"))
+    ours, ck = load_model(run)
+    assert ck.lora is not None and any(".lora_" in n for n in ours.state_dict())
+    hf_base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base_hf", dtype=torch.float32)
+    theirs = peft.PeftModel.from_pretrained(hf_base, tmp_path / "adapter").eval()
+    merged = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32).eval()
+    V = merged.config.vocab_size
+    x = torch.randint(0, V, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = ours(x)[..., :V]
+        with adapters_off(ours):
+            assert (ours(x)[..., :V] - want).abs().max() > 1e-3  # the adapters were trained
+        assert (theirs(x).logits - want).abs().max() <= 1e-4
+        assert (merged(x).logits - want).abs().max() <= 1e-4
+    cfg = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert cfg["r"] == 4 and cfg["lora_alpha"] == 8 and len(cfg["target_modules"]) == 7

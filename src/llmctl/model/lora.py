@@ -245,7 +245,8 @@ def merge(model: nn.Module) -> nn.Module:
 
 def merged_tensors(cfg: ModelConfig, lora: LoraConfig, base: dict[str, torch.Tensor],
                    adapters: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The base checkpoint's tensors with each adapter folded in (float32), for export --merge."""
+    """The base checkpoint's tensors with each adapter folded in (summed in float32, stored in the
+    base's dtype), for export --merge and every reader of a LoRA checkpoint's full weights."""
     out = dict(base)
     for i in range(cfg.n_layers):
         for module in dict.fromkeys(MODULES[t][0] for t in lora.targets):
@@ -255,7 +256,7 @@ def merged_tensors(cfg: ModelConfig, lora: LoraConfig, base: dict[str, torch.Ten
                 if t in lora.targets:
                     A, B = adapters[f"layers.{i}.{module}.lora_A.{t}"], adapters[f"layers.{i}.{module}.lora_B.{t}"]
                     w[a:b] += lora.scaling * (B.float() @ A.float())
-            out[key] = w
+            out[key] = w.to(base[key].dtype)  # a bf16 base exports in bf16, as it was stored
     return out
 
 
