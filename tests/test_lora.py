@@ -276,3 +276,30 @@ def test_adapter_export_loads_in_peft_with_llmctl_logits(qwen_base, chats, tmp_p
         assert (merged(x).logits - want).abs().max() <= 1e-4
     cfg = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert cfg["r"] == 4 and cfg["lora_alpha"] == 8 and len(cfg["target_modules"]) == 7
+
+
+# -- rl with --lora-* --------------------------------------------------------------------------
+
+from test_rl import RL_ARGS, records, sft_model  # noqa: E402,F401  (fixture)
+
+
+def test_rl_lora_trains_adapters_through_generation_and_resumes(sft_model, tmp_path):  # noqa: F811
+    """GRPO with a k3 KL to the adapters-off model: generation runs through the adapters, checkpoints
+    hold only them, and a run cut after step 1 and resumed repeats the uninterrupted one."""
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    args = ["rl", sft_model / "sft", "--prompts", sft_model / "digits.jsonl", "--verifier", "regex", *RL_ARGS,
+            "--kl", "k3", "--kl-coef", "0.1", *LORA, "-q"]
+    llmctl(*args, "-o", full, check=True)
+    llmctl(*[a if a != "2" else "1" for a in args], "-o", cut, check=True)  # --steps 1
+    llmctl(*args, "-o", cut, "--resume", check=True)
+    drop = ("generate_s", "score_s", "train_s", "tokens_per_s")
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in drop} for r in rs]  # noqa: E731
+    assert strip(records(full)) == strip(records(cut))
+    trained = [r for r in records(full) if r.get("updates")]
+    assert trained and all(r["kl_ref"] >= 0 for r in trained)
+    ck = load_checkpoint(full, merged=False)
+    assert ck.lora is not None and all(".lora_" in k for k in ck.tensors)
+    model, _ = load_model(full)
+    assert any(".lora_" in n for n in model.state_dict())
+    p = llmctl(*args, "-o", cut, "--resume", "--lora-rank", "8")
+    assert "LoRA settings" in one_line_exit_2(p)

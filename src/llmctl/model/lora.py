@@ -112,7 +112,8 @@ class LoraLinear(nn.Module):
     `bias` stay under their own names, so a LoRA model's state dict is the base's plus
     `lora_A.<target>` (r × in) and `lora_B.<target>` (rows × r)."""
 
-    def __init__(self, base: nn.Linear, parts: dict[str, tuple[int, int]], cfg: LoraConfig):
+    def __init__(self, base: nn.Linear, parts: dict[str, tuple[int, int]], cfg: LoraConfig,
+                 generator: torch.Generator | None = None):
         super().__init__()
         self.weight, self.bias = base.weight, base.bias
         self.in_features, self.out_features = base.in_features, base.out_features
@@ -125,7 +126,7 @@ class LoraLinear(nn.Module):
         self.whole = list(parts.values()) == [(0, self.out_features)]
         self.enabled = True
         for t in parts:
-            nn.init.kaiming_uniform_(self.lora_A[t], a=math.sqrt(5))  # PEFT's init_lora_weights=True
+            nn.init.kaiming_uniform_(self.lora_A[t], a=math.sqrt(5), generator=generator)  # PEFT's init_lora_weights=True
 
     def delta(self, x: torch.Tensor) -> torch.Tensor:
         """(alpha/r)·dropout(x)·Aᵀ·Bᵀ over the full output width."""
@@ -159,9 +160,9 @@ class LoraLinear(nn.Module):
         return w
 
 
-def attach(model: nn.Module, cfg: LoraConfig) -> nn.Module:
+def attach(model: nn.Module, cfg: LoraConfig, generator: torch.Generator | None = None) -> nn.Module:
     """Freeze every base parameter (in cfg.base_dtype) and put adapters on the targeted projections,
-    in place; A is drawn from torch's generator (seed it first for a reproducible run)."""
+    in place; A is drawn from `generator` (default: torch's global one; seed it for a reproducible run)."""
     cfg.check()
     if any(isinstance(m, LoraLinear) for m in model.modules()):
         raise UsageError("this model already carries LoRA adapters")
@@ -175,7 +176,7 @@ def attach(model: nn.Module, cfg: LoraConfig) -> nn.Module:
             parts = {t: r for t, r in slices(model.cfg, module).items() if t in cfg.targets}
             parent, name = module.split(".")
             owner = getattr(block, parent)
-            setattr(owner, name, LoraLinear(getattr(owner, name), parts, cfg))
+            setattr(owner, name, LoraLinear(getattr(owner, name), parts, cfg, generator))
     model.lora = cfg
     return model
 
