@@ -137,9 +137,12 @@ LoraTargets = Annotated[Optional[str], typer.Option("--lora-targets", help="Proj
 
 def lora_flags(rank: int | None, alpha: float | None, dropout: float | None, targets: str | None):
     """The LoraConfig the --lora-* flags ask for (validated), or None when --lora-rank is not given."""
+    from llmctl.bounds import check_value
     from llmctl.errors import UsageError
     from llmctl.model.lora import LoraConfig
 
+    for key, value in (("rank", rank), ("alpha", alpha), ("dropout", dropout)):  # each number first, by its flag
+        check_value("LoraConfig", key, value, f"--lora-{key}")
     if rank is None:
         if alpha is not None or dropout is not None or targets is not None:
             raise UsageError("--lora-alpha, --lora-dropout and --lora-targets go with --lora-rank")
