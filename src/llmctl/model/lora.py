@@ -122,35 +122,25 @@ class LoraLinear(nn.Module):
         dev = base.weight.device
         self.lora_A = nn.ParameterDict({t: nn.Parameter(torch.empty(cfg.rank, self.in_features, device=dev)) for t in parts})
         self.lora_B = nn.ParameterDict({t: nn.Parameter(torch.zeros(b - a, cfg.rank, device=dev)) for t, (a, b) in parts.items()})
-        # the rows of the output no adapter touches (k of a q,v-only qkv): zeros between the slices
-        self.whole = list(parts.values()) == [(0, self.out_features)]
         self.enabled = True
         for t in parts:
             nn.init.kaiming_uniform_(self.lora_A[t], a=math.sqrt(5), generator=generator)  # PEFT's init_lora_weights=True
-
-    def delta(self, x: torch.Tensor) -> torch.Tensor:
-        """(alpha/r)·dropout(x)·Aᵀ·Bᵀ over the full output width."""
-        names = list(self.parts)
-        A = self.lora_A[names[0]] if len(names) == 1 else torch.cat([self.lora_A[t] for t in names])
-        h = self.dropout(x) @ A.to(x.dtype).t()  # every slice's r columns in one matmul
-        ups = [h[..., i * self.rank:(i + 1) * self.rank] @ self.lora_B[t].to(x.dtype).t() for i, t in enumerate(names)]
-        if self.whole:
-            return ups[0] * self.scaling
-        out, at = [], 0
-        for (a, b), u in zip(self.parts.values(), ups):
-            if a > at:
-                out.append(x.new_zeros(*x.shape[:-1], a - at))
-            out.append(u)
-            at = b
-        if at < self.out_features:
-            out.append(x.new_zeros(*x.shape[:-1], self.out_features - at))
-        return torch.cat(out, dim=-1) * self.scaling
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype)
         b = self.bias if self.bias is None or self.bias.dtype == x.dtype else self.bias.to(x.dtype)
         y = F.linear(x, w, b)
-        return y + self.delta(x) if self.enabled else y
+        if not self.enabled:
+            return y
+        names = list(self.parts)
+        A = self.lora_A[names[0]] if len(names) == 1 else torch.cat([self.lora_A[t] for t in names])
+        # every slice's r columns in one matmul, scaled while they are r wide rather than the output's width
+        h = (self.dropout(x) @ A.to(x.dtype).t()) * self.scaling
+        # each slice's update added in place to its rows of the output: no full-width delta is built
+        # (F.linear's backward needs its input and weight, not its output, so autograd allows it)
+        for i, (t, (lo, hi)) in enumerate(self.parts.items()):
+            y[..., lo:hi] += h[..., i * self.rank:(i + 1) * self.rank] @ self.lora_B[t].to(x.dtype).t()
+        return y
 
     @torch.no_grad()
     def merged_weight(self) -> torch.Tensor:

@@ -49,8 +49,11 @@ def resume(model, ck: LoadedCheckpoint, init_path, lora: LoraConfig | None,
     return ck.lora_base, ck.lora
 
 
-def checkpoint_parts(lora: LoraConfig, base: dict, model_state: dict) -> tuple[dict, dict]:
-    """(the adapter tensors of a full state dict, lora.json's object) for one LoRA checkpoint."""
+def checkpoint_parts(lora: LoraConfig | None, base: dict | None, model_state: dict) -> tuple[dict, dict | None]:
+    """(the tensors a checkpoint stores, lora.json's object): under LoRA the adapters alone and the
+    settings with the base's identity; otherwise the state as it is and no lora.json."""
+    if lora is None:
+        return model_state, None
     return {k: v for k, v in model_state.items() if is_adapter(k)}, {"lora": lora.to_dict(), "base": base}
 
 

@@ -194,13 +194,11 @@ class Trainer:
         state = {"step": 0, "tokens": 0, "skipped_steps": 0}
         ck = load_checkpoint(self.run_dir.checkpoints, merged=False) if self.run_dir.has_checkpoint() else None
         init = None
-        if ck is not None and (self.cfg.lora is not None or ck.lora is not None):  # LoRA: base + adapters
-            self.lora_base, self.cfg.lora = lora_run.resume(model, ck, self.source.init, self.cfg.lora, self.on_log)
-            state = ck.trainer_state
-            if "rng" in state:
-                _set_rng_state(state["rng"])
-        elif ck is not None:
-            apply_weights(model, ck.tensors, ck.path)
+        if ck is not None:
+            if self.cfg.lora is not None or ck.lora is not None:  # LoRA: base + adapters (train/lora.py)
+                self.lora_base, self.cfg.lora = lora_run.resume(model, ck, self.source.init, self.cfg.lora, self.on_log)
+            else:
+                apply_weights(model, ck.tensors, ck.path)
             state = ck.trainer_state
             if "rng" in state:
                 _set_rng_state(state["rng"])
@@ -420,9 +418,7 @@ class Trainer:
             model_state, optim_state = get_model_state_dict(self._unwrapped(model), options=opts), None
         ema_state = get_model_state_dict(self.ema.model, options=opts) if self.ema is not None else None
         c = self.cfg
-        lora_json = None
-        if c.lora is not None:  # the adapters alone, and lora.json naming the base (train/lora.py)
-            model_state, lora_json = lora_run.checkpoint_parts(c.lora, self.lora_base, model_state)
+        model_state, lora_json = lora_run.checkpoint_parts(c.lora, getattr(self, "lora_base", None), model_state)
         trainer_state = {**state, "rng": _rng_state(), "seed": c.seed, "lr": self.lr(state["tokens"]),
                          "schedule": c.schedule, "max_tokens": c.max_tokens,
                          "data_position": {"next_sequence": data_index(state, state["step"]) * self.batch_seqs},
