@@ -127,20 +127,27 @@ class LoraLinear(nn.Module):
             nn.init.kaiming_uniform_(self.lora_A[t], a=math.sqrt(5), generator=generator)  # PEFT's init_lora_weights=True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        names = list(self.parts)
+        if self.enabled and torch.is_grad_enabled() and isinstance(self.dropout, nn.Identity) and self.lora_A[names[0]].requires_grad:
+            dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+            return _MergedLoRA.apply(x, self.weight, self.bias, self.scaling, list(self.parts.values()), dtype,
+                                     *(self.lora_A[t] for t in names), *(self.lora_B[t] for t in names))
         w = self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype)
         b = self.bias if self.bias is None or self.bias.dtype == x.dtype else self.bias.to(x.dtype)
         y = F.linear(x, w, b)
         if not self.enabled:
             return y
-        names = list(self.parts)
         A = self.lora_A[names[0]] if len(names) == 1 else torch.cat([self.lora_A[t] for t in names])
         # every slice's r columns in one matmul, scaled while they are r wide rather than the output's width
         h = (self.dropout(x) @ A.to(x.dtype).t()) * self.scaling
-        # each slice's update added in place to its rows of the output: no full-width delta is built
-        # (F.linear's backward needs its input and weight, not its output, so autograd allows it)
-        for i, (t, (lo, hi)) in enumerate(self.parts.items()):
-            y[..., lo:hi] += h[..., i * self.rank:(i + 1) * self.rank] @ self.lora_B[t].to(x.dtype).t()
-        return y
+        ups = [h[..., i * self.rank:(i + 1) * self.rank] @ self.lora_B[t].to(x.dtype).t() for i, t in enumerate(names)]
+        if len(ups) == 1 and self.parts[names[0]] == (0, self.out_features):
+            return y + ups[0]
+        if not torch.is_grad_enabled():  # inference (generation, eval): each slice added in place
+            for u, (lo, hi) in zip(ups, self.parts.values()):
+                y[..., lo:hi] += u
+            return y
+        return y + torch.cat(_fill(ups, list(self.parts.values()), self.out_features, x), dim=-1)
 
     @torch.no_grad()
     def merged_weight(self) -> torch.Tensor:
@@ -148,6 +155,67 @@ class LoraLinear(nn.Module):
         for t, (a, b) in self.parts.items():
             w[a:b] += self.scaling * (self.lora_B[t].float() @ self.lora_A[t].float())
         return w
+
+
+def _fill(ups: list[torch.Tensor], rows: list[tuple[int, int]], width: int, x: torch.Tensor) -> list[torch.Tensor]:
+    """The slices' updates with zeros for the rows no adapter touches (k of a q,v-only qkv)."""
+    out, at = [], 0
+    for (lo, hi), u in zip(rows, ups):
+        if lo > at:
+            out.append(x.new_zeros(*u.shape[:-1], lo - at))
+        out.append(u)
+        at = hi
+    if at < width:
+        out.append(x.new_zeros(*ups[0].shape[:-1], width - at))
+    return out
+
+
+def _effective_weight(weight, As, Bs, rows, scaling: float, dtype) -> torch.Tensor:
+    """W + (alpha/r)·B·A on each targeted slice's rows, summed in float32, in the matmul dtype."""
+    w = weight.detach().float().clone()
+    for (lo, hi), A, B in zip(rows, As, Bs):
+        w[lo:hi].addmm_(B.detach().float(), A.detach().float(), alpha=scaling)
+    return w.to(dtype)
+
+
+class _MergedLoRA(torch.autograd.Function):
+    """A LoRA layer's training step without dropout, as one matmul each way: forward
+    x·(W + s·B·A)ᵀ (+ b); backward ∂x = ∂y·(W + s·B·A), ∂B_t = s·∂y_tᵀ·(x·A_tᵀ), ∂A_t = s·(∂y_t·B_t)ᵀ·x.
+    The unmerged form, y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ, adds two thin (rank-wide) matmuls to the forward and
+    two to the backward, each reading a whole activation for r outputs; here the merge costs an
+    out × in pass over W (independent of the batch), redone in the backward rather than kept, so
+    no second copy of the base lives through the step. The same function, the same gradients."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, scaling, rows, dtype, *params):
+        k = len(rows)
+        As, Bs = params[:k], params[k:]
+        with torch.autocast(x.device.type, enabled=False):
+            xd = x.to(dtype)
+            y = F.linear(xd, _effective_weight(weight, As, Bs, rows, scaling, dtype),
+                         None if bias is None else bias.to(dtype))
+        ctx.save_for_backward(xd, weight, *params)
+        ctx.scaling, ctx.rows, ctx.dtype, ctx.x_dtype = scaling, rows, dtype, x.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        xd, weight, *params = ctx.saved_tensors
+        rows, s, dt = ctx.rows, ctx.scaling, ctx.dtype
+        k = len(rows)
+        As, Bs = params[:k], params[k:]
+        r = As[0].shape[0]
+        x2, g2 = xd.reshape(-1, xd.shape[-1]), grad_y.reshape(-1, grad_y.shape[-1]).to(dt)
+        xa = x2 @ torch.cat([A.to(dt) for A in As]).t()  # (N, k·r): every slice's x·Aᵀ in one matmul
+        grad_B, gb = [], []
+        for i, ((lo, hi), B) in enumerate(zip(rows, Bs)):
+            grad_B.append((g2[:, lo:hi].t() @ xa[:, i * r:(i + 1) * r]).mul_(s).to(B.dtype))
+            gb.append(g2[:, lo:hi] @ B.to(dt))
+        grad_A = [g.to(A.dtype) for g, A in zip((torch.cat(gb, 1).t() @ x2).mul_(s).split(r), As)]
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = (grad_y.to(dt) @ _effective_weight(weight, As, Bs, rows, s, dt)).to(ctx.x_dtype)
+        return grad_x, None, None, None, None, None, *grad_A, *grad_B
 
 
 def attach(model: nn.Module, cfg: LoraConfig, generator: torch.Generator | None = None) -> nn.Module:
