@@ -303,3 +303,17 @@ def test_rl_lora_trains_adapters_through_generation_and_resumes(sft_model, tmp_p
     assert any(".lora_" in n for n in model.state_dict())
     p = llmctl(*args, "-o", cut, "--resume", "--lora-rank", "8")
     assert "LoRA settings" in one_line_exit_2(p)
+
+
+def test_a_bf16_base_trains_its_fp32_adapters_under_autocast():
+    model = attach(tiny(), LoraConfig(rank=4, base_dtype="bfloat16")).train()
+    assert all(p.dtype == (torch.float32 if ".lora_" in n else torch.bfloat16) for n, p in model.named_parameters())
+    x = batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = model(x[:, :-1], x[:, 1:])
+    loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+    assert all(g is not None and g.dtype == torch.float32 and torch.isfinite(g).all() for g in grads.values())
+    assert all(g.abs().sum() > 0 for n, g in grads.items() if ".lora_B." in n)  # B = 0, A random: B learns first
+    with torch.no_grad():  # the inference path (unmerged) on the bf16 base
+        assert torch.isfinite(model(x)).all()
