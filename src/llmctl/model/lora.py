@@ -9,10 +9,14 @@ gate/up into one `mlp.gate_up` (model/transformer.py), and PEFT wraps whole nn.L
 a slice of a fused one's output. Here a fused projection carries one (A, B) pair per targeted slice,
 so the adapter of `q` maps 1:1 onto PEFT's `self_attn.q_proj` adapter of the exported model: the
 same shapes, the same init, the same scaling alpha/r, and PEFT's file format on export
-(`peft_state_dict`, `peft_config`: adapter_config.json + adapter_model.safetensors). The slices'
-A matrices of one fused projection run as one matmul (x·[A_q; A_k; A_v]ᵀ), so the adapters add a
-few thin matmuls to the fused base projections rather than one base and two LoRA matmuls per
-target as PEFT's wrapping of the split model does.
+(`peft_state_dict`, `peft_config`: adapter_config.json + adapter_model.safetensors).
+
+A training step (no dropout) runs each adapted projection as one matmul each way on W + (alpha/r)·B·A,
+merged for the step and rebuilt in the backward (`_MergedLoRA`), with A's and B's gradients by hand;
+inference, dropout and adapters-off run the unmerged form, the slices' A matrices of a fused
+projection as one matmul (x·[A_q; A_k; A_v]ᵀ). Measured against PEFT on the `small` preset's
+architecture: the same step time within 3% (benchmarks/RESULTS.md, lora): both are bound by the
+frozen matmuls and the head, which the adapters do not change.
 
     LoraConfig                      rank, alpha, dropout, targets (q, k, v, o, gate, up, down)
     attach(model, cfg)              base frozen, adapters added in place (names stay the base's)
