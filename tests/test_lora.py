@@ -177,6 +177,8 @@ def test_lora_sft_trains_adapters_only_and_resumes_bitwise(base, chats, tmp_path
     assert len(opt["state"]) == len(ck.tensors)  # AdamW moments of the adapters alone
     assert (ck.path / "model.safetensors").stat().st_size < (load_checkpoint(base).path / "model.safetensors").stat().st_size / 4
 
+    p = llmctl("generate", full, "-p", "What is the subject of: the miller carries grain.", "--max-new-tokens", "8", check=True)
+    assert p.stdout.strip()  # generation runs on base + adapters
     llmctl(*args, "-o", cut, "--max-steps", "5", check=True)
     llmctl(*args, "-o", cut, "--resume", check=True)
     assert step_losses(cut) == step_losses(full)  # bitwise
