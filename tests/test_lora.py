@@ -63,6 +63,41 @@ def test_identity_at_init_merge_and_adapters_off(targets):
     assert not any(".lora_" in n for n in model.state_dict())
 
 
+@pytest.mark.parametrize("targets", [["q", "k", "v", "o", "gate", "up", "down"], ["q", "v", "up"]])
+def test_merged_training_step_has_the_unmerged_gradients(targets):
+    """The training step's one-matmul form (_MergedLoRA) against y = Wx + s·B·A·x through autograd
+    (the form dropout takes: a Dropout(0) module selects it), gradients of A, B and the loss."""
+    from torch import nn
+
+    from llmctl.model.lora import lora_layers
+
+    x = batch(B=2, T=12)
+    runs = []
+    for unmerged in (False, True):
+        model = attach(tiny(4, qkv_bias=True), LoraConfig(rank=3, alpha=6, targets=targets), torch.Generator().manual_seed(0))
+        randomize_b(model)
+        if unmerged:
+            for m in lora_layers(model):
+                m.dropout = nn.Dropout(0.0)
+        loss, _ = model.train()(x[:, :-1], x[:, 1:])
+        loss.backward()
+        runs.append((loss.item(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}))
+    (l1, g1), (l2, g2) = runs
+    assert abs(l1 - l2) <= 1e-6 and g1.keys() == g2.keys()
+    assert max((g1[n] - g2[n]).abs().max().item() for n in g1) <= 1e-6
+    assert all(g1[n].abs().sum() > 0 for n in g1)
+
+
+def test_dropout_applies_in_training_only():
+    model = attach(tiny(), LoraConfig(rank=4, dropout=0.5, targets=["q", "v"]))
+    randomize_b(model)
+    x = batch()
+    with torch.no_grad():
+        still = model.eval()(x)
+        assert torch.equal(model(x), still)
+        assert not torch.equal(model.train()(x), still)
+
+
 def test_only_adapters_train():
     model = attach(tiny(), LoraConfig(rank=2, targets=["q", "down"]))
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
