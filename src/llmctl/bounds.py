@@ -149,6 +149,9 @@ BOUNDS: dict[str, dict[str, Bound]] = {
         "max_rewinds": COUNT, "rewind_skip": COUNT,
         "ema_decay": Bound(0, 1, lo_open=True, hi_open=True),  # 0 would be no average, 1 a frozen one
     },
+    # LoRA (model/lora.py): a rank past 4,096 is wider than the matrices it adapts in any released model
+    "LoraConfig": {"rank": at_most(1, 4096, "a rank past the widths it adapts is no longer low-rank"),
+                   "alpha": POSITIVE, "dropout": SHARE_BELOW_1},
     "DataSource": {"weight": POSITIVE, "max_epochs": POSITIVE},  # a train mixture's [[data]] / --data source
     "sft": {"val_fraction": SHARE_BELOW_1},  # train --sft's held-out share
     # dpo, train-rm (simpo's gamma: any finite margin)

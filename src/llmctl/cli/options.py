@@ -124,3 +124,28 @@ class DefaultCommandGroup(TyperGroup):
         if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
             args = ["run", *args]
         return super().parse_args(ctx, args)
+
+
+# ---------------------------------------------------------------------------------------------
+# LoRA (model/lora.py): the same four flags on every command that trains.
+
+LoraRank = Annotated[Optional[int], typer.Option("--lora-rank", help="Train LoRA adapters of this rank on the --init model instead of all its weights (base frozen; checkpoints hold the adapters and the base's sha256).")]
+LoraAlpha = Annotated[Optional[float], typer.Option("--lora-alpha", help="LoRA scale numerator: updates are scaled by alpha/rank (default: the rank, scale 1).")]
+LoraDropout = Annotated[Optional[float], typer.Option("--lora-dropout", help="Dropout on the adapters' input (default 0).")]
+LoraTargets = Annotated[Optional[str], typer.Option("--lora-targets", help="Projections to adapt, comma-separated among q,k,v,o,gate,up,down (default: all seven).")]
+
+
+def lora_flags(rank: int | None, alpha: float | None, dropout: float | None, targets: str | None):
+    """The LoraConfig the --lora-* flags ask for (validated), or None when --lora-rank is not given."""
+    from llmctl.bounds import check_value
+    from llmctl.errors import UsageError
+    from llmctl.model.lora import LoraConfig
+
+    for key, value in (("rank", rank), ("alpha", alpha), ("dropout", dropout)):  # each number first, by its flag
+        check_value("LoraConfig", key, value, f"--lora-{key}")
+    if rank is None:
+        if alpha is not None or dropout is not None or targets is not None:
+            raise UsageError("--lora-alpha, --lora-dropout and --lora-targets go with --lora-rank")
+        return None
+    given = {k: v for k, v in (("alpha", alpha), ("dropout", dropout), ("targets", targets)) if v is not None}
+    return LoraConfig(rank=rank, **given).check()

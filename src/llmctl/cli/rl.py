@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from llmctl.cli import render
-from llmctl.cli.options import Config, Json, Overwrite, Quiet, flags
+from llmctl.cli.options import Config, Json, LoraAlpha, LoraDropout, LoraRank, LoraTargets, Overwrite, Quiet, flags, lora_flags
 
 app = typer.Typer()
 
@@ -52,6 +52,10 @@ def rl(
     weights: Annotated[Optional[str], typer.Option("--weights", help="The starting checkpoint's auto (its EMA weights where it has them), ema or raw weights.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Prompt order and sampling seed.")] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda.")] = None,
+    lora_rank: LoraRank = None,
+    lora_alpha: LoraAlpha = None,
+    lora_dropout: LoraDropout = None,
+    lora_targets: LoraTargets = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the run's latest checkpoint.")] = False,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
@@ -70,7 +74,7 @@ def rl(
                      ratio_level=ratio_level, headroom_limit=headroom_limit, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
                      epochs=epochs, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, unsafe_sandbox=unsafe_sandbox, seed=seed, device=device,
                      reward_model=reward_model, reward_model_coef=reward_model_coef, verifier_coef=verifier_coef,
-                     recompute=recompute, weights=weights)
+                     recompute=recompute, weights=weights, lora=lora_flags(lora_rank, lora_alpha, lora_dropout, lora_targets))
     cfg = build_config(RLConfig, "rl", config, overrides)
     m = run_rl(checkpoint, prompts, Path(output), cfg, eval_file=eval_prompts, resume=resume, overwrite=overwrite,
                on_step=lambda rec: None if quiet else render.rl_step(rec, cfg.steps),

@@ -11,7 +11,7 @@ import typer
 
 from llmctl.bounds import check_flags
 from llmctl.cli import render
-from llmctl.cli.options import Json, Overwrite, Quiet, flags
+from llmctl.cli.options import Json, LoraAlpha, LoraDropout, LoraRank, LoraTargets, Overwrite, Quiet, flags, lora_flags
 from llmctl.errors import UsageError
 
 app = typer.Typer()
@@ -51,6 +51,10 @@ def train(
     ema_decay: Annotated[Optional[float], typer.Option("--ema-decay", help="Keep an exponential moving average of the weights with this decay, in (0, 1) (e.g. 0.999): validated beside them, saved as ema.safetensors; eval, generate, export and rl load it by default.")] = None,
     on_spike: Annotated[Optional[str], typer.Option("--on-spike", help="What a loss spike does: flag (log it), skip-batch (its update is not applied) or rewind (back to the last checkpoint, skipping the spiking data step).")] = None,
     weights: Annotated[str, typer.Option("--weights", help="With --sft --init: the checkpoint's auto (its EMA weights where it has them), ema or raw weights.")] = "auto",
+    lora_rank: LoraRank = None,
+    lora_alpha: LoraAlpha = None,
+    lora_dropout: LoraDropout = None,
+    lora_targets: LoraTargets = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any preset key: model.n_layers=8, train.z_loss=1e-4 (repeatable).")] = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
@@ -81,7 +85,7 @@ def train(
                     seq_len=seq_len, schedule=schedule, dtype=dtype, seed=seed, eval_every=eval_every,
                     checkpoint_every=checkpoint_every, compile=compile_, fsdp=fsdp, peak_flops=peak_flops,
                     device=device, threads=threads, init_optimizer=init_optimizer, recompute=recompute, ema_decay=ema_decay,
-                    on_spike=on_spike)
+                    on_spike=on_spike, lora=lora_flags(lora_rank, lora_alpha, lora_dropout, lora_targets))
     # train presets hold [model] and [train] tables; load_run_config applies build_config to each
     model_cfg, cfg = load_run_config(config, overrides, set_ or [])
     plain_val, source_vals = _split_val(val or [])
@@ -175,6 +179,8 @@ def export(
     checkpoint: Annotated[str, typer.Argument(help="A checkpoint: step dir, checkpoints/ dir or run dir (its latest).")],
     output: Annotated[str, typer.Option("--output", "-o", help="Directory for the Hugging Face model.")],
     weights: Annotated[str, typer.Option("--weights", help="auto (the EMA weights of a checkpoint trained with --ema-decay, else the raw ones), ema or raw.")] = "auto",
+    merge: Annotated[bool, typer.Option("--merge", help="A LoRA checkpoint: fold the adapters into the base's weights and export the full model.")] = False,
+    adapter: Annotated[bool, typer.Option("--adapter", help="A LoRA checkpoint: export only its adapters, as a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) that peft.PeftModel.from_pretrained loads over the export of its base.")] = False,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
 ) -> None:
@@ -182,10 +188,17 @@ def export(
     Qwen3 class, whichever computes the same), model.safetensors, tokenizer files with the chat template, and
     generation_config.json with the EOS ids (a chat model's turn end first)."""
     from llmctl.artifacts.checkpoint import resolve_checkpoint, weights_file
-    from llmctl.model.hf_export import export_hf
+    from llmctl.model.hf_export import export_adapter, export_hf
 
+    if merge and adapter:
+        raise UsageError("export: --merge or --adapter, not both")
+    if adapter:
+        out = export_adapter(checkpoint, Path(output), overwrite=overwrite)
+        if not flags(quiet, False)[0]:
+            render.plain(f"exported the LoRA adapters to {out} (load with peft.PeftModel.from_pretrained over the export of the base)")
+        return
     _, which = weights_file(resolve_checkpoint(checkpoint), weights)
-    out = export_hf(checkpoint, Path(output), overwrite=overwrite, weights=weights)
+    out = export_hf(checkpoint, Path(output), overwrite=overwrite, weights=weights, merge=merge)
     if not flags(quiet, False)[0]:
         render.plain(f"exported the {'EMA' if which == 'ema' else 'raw'} weights to {out} "
                      "(load with transformers.AutoModelForCausalLM.from_pretrained)")

@@ -13,6 +13,11 @@ trained — rather than the multiple of 64 the tables are padded to for the matm
 were never trained, and left in they take probability mass at T = 1 (and vLLM rejects ids past
 the tokenizer). Cutting, not masking, because a masked row would need a logits processor on every
 engine that loads the model; a cut one needs nothing.
+
+A LoRA checkpoint (model/lora.py) exports two ways: `merge=True`, the adapters folded into its
+base's weights and written as above; or `export_adapter`, a PEFT adapter folder
+(adapter_config.json, adapter_model.safetensors under PEFT's names) that
+`peft.PeftModel.from_pretrained` loads over the export of its base.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from llmctl.artifacts.manifest import Manifest, input_ref, output_entry, write_m
 from llmctl.errors import UsageError
 from llmctl.model.hf_layout import hf_config, hf_state_dict
 from llmctl.model.load import load_checkpoint
+from llmctl.model.lora import LORA_FILE, peft_config, peft_state_dict
 from llmctl.tokenizer.vocab import Vocab
 
 
@@ -50,13 +56,42 @@ def tokenizer_config(vocab: Vocab, chat: bool, max_len: int) -> dict:
     return cfg
 
 
-def export_hf(checkpoint: str | Path, out: Path, overwrite: bool = False, weights: str = "auto") -> Path:
+def export_hf(checkpoint: str | Path, out: Path, overwrite: bool = False, weights: str = "auto", merge: bool = False) -> Path:
     """Write `out` whole or not at all (built under a temporary name, then renamed; locked beside
     it, since a directory holding a lock file could not be renamed onto). `weights`: the
-    checkpoint's EMA weights where it has them (auto), or ema / raw (artifacts/checkpoint.py)."""
+    checkpoint's EMA weights where it has them (auto), or ema / raw (artifacts/checkpoint.py).
+    A LoRA checkpoint needs `merge` (its adapters folded into the base's weights)."""
     directory_only(out, "a Hugging Face model")
+    if not merge and is_lora(checkpoint):
+        raise UsageError(f"{checkpoint}: a LoRA checkpoint; export it with --merge (full weights) or --adapter (a PEFT adapter)")
     with output_lock(out, beside=True):
         return _export_hf(checkpoint, Path(out), overwrite, weights)
+
+
+def is_lora(checkpoint: str | Path) -> bool:
+    from llmctl.artifacts.checkpoint import resolve_checkpoint
+
+    return (resolve_checkpoint(checkpoint) / LORA_FILE).is_file()
+
+
+def export_adapter(checkpoint: str | Path, out: Path, overwrite: bool = False) -> Path:
+    """A LoRA checkpoint's adapters as a PEFT adapter folder, whole or not at all."""
+    directory_only(out, "a PEFT adapter")
+    if not is_lora(checkpoint):
+        raise UsageError(f"{checkpoint}: not a LoRA checkpoint (no {LORA_FILE}); --adapter exports the adapters of a --lora-rank run")
+    out = Path(out)
+    with output_lock(out, beside=True):
+        ck = load_checkpoint(checkpoint, "raw", merged=False)
+        prepare_new_out(out, overwrite)
+        with atomic_path(out) as tmp:
+            tmp.mkdir()
+            (tmp / "adapter_config.json").write_text(json.dumps(peft_config(ck.lora, ck.lora_base["path"]), indent=2) + "\n")
+            save_file(peft_state_dict(ck.config, ck.lora, ck.tensors), str(tmp / "adapter_model.safetensors"),
+                      metadata={"format": "pt"})
+            write_manifest(tmp, Manifest(kind="hf", stage="export", config={"adapter": ck.lora.to_dict(), "base": ck.lora_base},
+                                         inputs=[input_ref(owner_artifact(ck.path))],
+                                         outputs=[output_entry(f, None, tmp) for f in sorted(tmp.iterdir()) if f.is_file()]))
+    return out
 
 
 def _export_hf(checkpoint: str | Path, out: Path, overwrite: bool, weights: str) -> Path:

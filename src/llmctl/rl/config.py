@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from llmctl.artifacts import checkpoint as ckpt_io
 from llmctl.errors import UsageError
 from llmctl.model.generate import SamplingParams
+from llmctl.model.lora import LoraConfig
 from llmctl.model.recompute import check_mode
 from llmctl.rl.grpo import ADV_ESTIMATORS, ADV_STD, KL, LOSS_AGG, RATIO_LEVELS
 
@@ -67,6 +68,11 @@ class RLConfig:
     keep_checkpoints: int = 2
     seed: int = 0
     device: str = "auto"
+    lora: LoraConfig | None = None  # --lora-*: train adapters on the start model, base frozen (model/lora.py)
+
+    def __post_init__(self):
+        if isinstance(self.lora, dict):  # a preset's [lora] table, or config.json read back
+            self.lora = LoraConfig.from_dict(self.lora, "rl lora")
 
     def check(self) -> None:
         for name, allowed in (("adv_estimator", ADV_ESTIMATORS), ("adv_std", ADV_STD), ("loss_agg", LOSS_AGG), ("kl", KL),
@@ -84,6 +90,10 @@ class RLConfig:
         if self.headroom_limit < 0:
             raise UsageError(f"rl: headroom_limit must be >= 0 (0 turns the headroom off), got {self.headroom_limit}")
         check_mode(self.recompute, "rl: recompute")
+        if self.lora is not None:
+            self.lora.check()
+            if self.lora.dropout > 0 and self.recompute != "none":
+                raise UsageError("rl: --lora-dropout with --recompute: recomputation does not replay dropout's random mask")
         if self.weights not in ckpt_io.WEIGHTS:
             raise UsageError(f"rl: weights must be one of {', '.join(ckpt_io.WEIGHTS)}, got {self.weights!r}")
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import time
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -40,7 +41,8 @@ from llmctl.artifacts import checkpoint as ckpt_io
 from llmctl.artifacts.manifest import Manifest, input_ref
 from llmctl.bounds import within_context
 from llmctl.errors import UsageError
-from llmctl.model.load import load_model
+from llmctl.model.load import base_identity, load_model
+from llmctl.model.lora import LORA_FILE, adapters_off, attach, is_adapter
 from llmctl.tokenizer.vocab import Vocab
 from llmctl.rl.config import RLConfig
 from llmctl.rl.evaluate import HeldOut
@@ -90,9 +92,11 @@ class RLTrainer:
         self.device = d.device
         # a fresh run starts from the init checkpoint's EMA weights where it has them (cfg.weights); a
         # resumed one from its own last weights
-        self.model, ck = load_model(source, self.device, "raw" if resume else cfg.weights)
+        self.model, ck = load_model(source, self.device, "raw" if resume else cfg.weights,
+                                    merge=not (resume and cfg.lora is not None))
         self.model.set_recompute(cfg.recompute)
         self.init_ckpt = ckpt_io.resolve_checkpoint(init)
+        self.lora_base = self._lora(init, ck, resume) if cfg.lora is not None or (resume and ck.lora) else None
         self.init_weights = ck.weights if not resume else self._saved_init_weights()
         if not resume and ck.weights == "ema":
             self.on_log(f"starting from the EMA weights of {ck.path} (--weights raw for the others)")
@@ -111,10 +115,10 @@ class RLTrainer:
         self.prompts_file, self.eval_file = prompts_file, eval_file
         self.rollouts = RolloutWriter(self.out / "rollouts", self.prompts, d)
         self.reference = None
-        if cfg.kl != "none":
-            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
+        if cfg.kl != "none":  # under LoRA the reference is the model with its adapters off: no second copy
+            self.reference = self.model if cfg.lora else copy.deepcopy(self.model).eval().requires_grad_(False)
         self.model.train()
-        self.params = list(self.model.parameters())
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = make_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps, fused=True)
         keep_freed_memory(self.device)
         if resume and (opt_state := ck.optimizer_state()) is not None:
@@ -127,6 +131,25 @@ class RLTrainer:
             self.scorer = load_reward_model(cfg.reward_model, self.device)
             self.on_log(f"reward: {cfg.verifier_coef:g} × the {cfg.verifier} verifier + {cfg.reward_model_coef:g} × "
                         f"the reward model {self.scorer.path}")
+
+    def _lora(self, init: str, ck, resume: bool) -> dict:
+        """--lora-*: a fresh run attaches adapters to the (merged) start model; a resumed one has
+        them from its checkpoint, on the base it recorded, which --init must still be. Returns the
+        base's identity (lora.json of every checkpoint)."""
+        c = self.cfg
+        if not resume:
+            identity = base_identity(init, ck.weights)
+            attach(self.model, c.lora, torch.Generator(self.device).manual_seed(c.seed))  # A: seeded by the run
+            self.on_log(f"LoRA r {c.lora.rank}, alpha {c.lora.alpha:g} on {','.join(c.lora.targets)}: "
+                        f"{sum(p.numel() for p in self.model.parameters() if p.requires_grad):,} trainable parameters")
+            return identity
+        if ck.lora is None or c.lora is None or ck.lora.to_dict() != c.lora.to_dict():
+            raise UsageError(f"--resume: the run's LoRA settings ({ck.lora.to_dict() if ck.lora else 'none'}, "
+                             f"{ck.path}) are not the flags' ({c.lora.to_dict() if c.lora else 'none'})")
+        given = base_identity(init, ck.lora_base["weights"])
+        if given["sha256"] != ck.lora_base["sha256"]:
+            raise UsageError(f"--resume: {init} is not the base this LoRA run adapts ({ck.lora_base['path']})")
+        return ck.lora_base
 
     def _saved_init_weights(self) -> str | None:
         """Which weights of the init checkpoint the run being resumed started from (its config.json)."""
@@ -248,7 +271,9 @@ class RLTrainer:
             # the extra forward is skipped (TRL does the same); with μ > 1 it must be kept
             old = [self._logps(self.model, samples[i : i + c.micro_batch])[0]
                    for i in range(0, len(samples), c.micro_batch)] if c.epochs > 1 else None
-            ref = [self._logps(self.reference, samples[i : i + c.micro_batch])[0] for i in range(0, len(samples), c.micro_batch)] if self.reference else None
+            with adapters_off(self.model) if self.reference is self.model else nullcontext():
+                ref = [self._logps(self.reference, samples[i : i + c.micro_batch])[0]
+                       for i in range(0, len(samples), c.micro_batch)] if self.reference else None
         stats = {"clip_frac": 0.0, "ratio_gt2": 0.0, "kl_ref": 0.0, "entropy": 0.0}
         grad_norm = 0.0
         lr = set_lr(self.opt, self.lr())
@@ -348,9 +373,13 @@ class RLTrainer:
 
     def _checkpoint(self) -> None:
         # sampling is seeded by (seed, step, position) and prompts by (seed, position): no RNG state to carry
-        self.run_dir.checkpoint(self.state["step"], self.model.cfg, self.model.state_dict(),
+        state, extra = self.model.state_dict(), None
+        if self.lora_base is not None:  # LoRA: the adapters alone, and the base they sit on
+            state = {k: v for k, v in state.items() if is_adapter(k)}
+            extra = {LORA_FILE: {"lora": self.cfg.lora.to_dict(), "base": self.lora_base}}
+        self.run_dir.checkpoint(self.state["step"], self.model.cfg, state,
                                 {**self.state, "seed": self.cfg.seed}, optimizer_state=self.opt.state_dict(),
-                                tokenizer_file=self.tokenizer_file, keep_last=self.cfg.keep_checkpoints)
+                                tokenizer_file=self.tokenizer_file, keep_last=self.cfg.keep_checkpoints, extra_json=extra)
 
 
 def run_rl(init: str, prompts: str, out: Path, cfg: RLConfig, **kw) -> Manifest:

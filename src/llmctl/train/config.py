@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from llmctl.errors import UsageError
 from llmctl.model.config import ModelConfig
+from llmctl.model.lora import LoraConfig
 from llmctl.model.recompute import check_mode
 from llmctl.torchrt.device import DTYPES
 
@@ -56,6 +57,11 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda
     threads: int | None = None  # torch intra-op threads (CPU)
     init_optimizer: bool = False  # with --init: also the checkpoint's AdamW state (moments, step counts)
+    lora: LoraConfig | None = None  # --lora-*: adapters on the --init model, base frozen (model/lora.py)
+
+    def __post_init__(self):
+        if isinstance(self.lora, dict):  # a preset's [train.lora] table, or config.json read back
+            self.lora = LoraConfig.from_dict(self.lora, "train.lora")
 
     def check(self) -> None:
         if self.dtype not in DTYPES:
@@ -72,8 +78,24 @@ class TrainConfig:
         for name in ("seq_len", "batch_tokens", "micro_batch", "max_tokens"):
             if getattr(self, name) <= 0:
                 raise UsageError(f"train: {name} must be positive")
+        if self.lora is not None:
+            self.check_lora()
         if self.batch_tokens % self.seq_len:
             raise UsageError(f"train: batch_tokens ({self.batch_tokens}) must be a multiple of seq_len ({self.seq_len})")
+
+
+    def check_lora(self) -> None:
+        """What LoRA training does not combine with, one line each."""
+        self.lora.check()
+        for on, what in ((self.ema_decay is not None, "--ema-decay (average the adapters of a merged export instead)"),
+                         (self.fsdp, "--fsdp (the frozen base replicates; DDP shares the adapters' gradients)"),
+                         (self.init_optimizer, "--init-optimizer (the base run's AdamW state is for all its weights)")):
+            if on:
+                raise UsageError(f"train: --lora-rank does not go with {what}")
+        if self.lora.dropout > 0 and self.recompute != "none":
+            raise UsageError("train: --lora-dropout with --recompute: recomputation does not replay dropout's random mask")
+        if self.lora.base_dtype == "bfloat16" and self.dtype != "bfloat16":
+            raise UsageError("train: a bfloat16 LoRA base needs --dtype bfloat16 (autocast)")
 
 
 def parse_sets(sets: list[str]) -> tuple[dict, dict]:

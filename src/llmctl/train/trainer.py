@@ -53,6 +53,7 @@ from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
 from llmctl.torchrt import rundir
 from llmctl.torchrt.rundir import RunDir
 from llmctl.train.config import TrainConfig
+from llmctl.train import lora as lora_run
 from llmctl.train.ema import EMA
 from llmctl.train.mixture import DataSource
 from llmctl.train.pretrain import PretrainData
@@ -159,6 +160,8 @@ class Trainer:
                  resume: bool = False, overwrite: bool = False,
                  on_step: Callable[[StepStats], None] | None = None, on_log: Callable[[str], None] | None = None):
         cfg.check()
+        if cfg.lora is not None and source.init is None:  # LoRA (train/lora.py)
+            raise UsageError("train: --lora-rank adapts a trained model: give --init CKPT")
         self.source, self.cfg = source, cfg
         self.on_step, self.on_log = on_step or (lambda s: None), on_log or (lambda m: None)
         vocab = source.vocab_size
@@ -193,10 +196,13 @@ class Trainer:
         build = getattr(self.source, "build_model", Transformer)  # train-rm's: a scalar head on the decoder
         model = build(self.model_cfg).to(self.dist.device).set_recompute(self.cfg.recompute)
         state = {"step": 0, "tokens": 0, "skipped_steps": 0}
-        ck = load_checkpoint(self.run_dir.checkpoints) if self.run_dir.has_checkpoint() else None
+        ck = load_checkpoint(self.run_dir.checkpoints, merged=False) if self.run_dir.has_checkpoint() else None
         init = None
         if ck is not None:
-            apply_weights(model, ck.tensors, ck.path)
+            if self.cfg.lora is not None or ck.lora is not None:  # LoRA: base + adapters (train/lora.py)
+                self.lora_base, self.cfg.lora = lora_run.resume(model, ck, self.source.init, self.cfg.lora, self.on_log)
+            else:
+                apply_weights(model, ck.tensors, ck.path)
             state = ck.trainer_state
             if "rng" in state:
                 _set_rng_state(state["rng"])
@@ -208,6 +214,8 @@ class Trainer:
             tensors = self.source.init_tensors(model, init.tensors) if hasattr(self.source, "init_tensors") else init.tensors
             apply_weights(model, tensors, init.path)
             self.on_log(f"initialized from {init.path}" + (" (its EMA weights)" if init.weights == "ema" else ""))
+            if self.cfg.lora is not None:
+                self.lora_base = lora_run.start(model, init, self.cfg.lora, self.on_log)
         self.ema = self._build_ema(model, ck, state)
         model = distributed.wrap(model, self.dist, self.cfg.fsdp)
         if self.ema is not None and self.cfg.fsdp:
@@ -416,6 +424,7 @@ class Trainer:
             model_state, optim_state = get_model_state_dict(self._unwrapped(model), options=opts), None
         ema_state = get_model_state_dict(self.ema.model, options=opts) if self.ema is not None else None
         c = self.cfg
+        model_state, lora_json = lora_run.checkpoint_parts(c.lora, getattr(self, "lora_base", None), model_state)
         trainer_state = {**state, "rng": _rng_state(), "seed": c.seed, "lr": self.lr(state["tokens"]),
                          "schedule": c.schedule, "max_tokens": c.max_tokens,
                          "data_position": {"next_sequence": data_index(state, state["step"]) * self.batch_seqs},
@@ -424,7 +433,7 @@ class Trainer:
                          **self.source.checkpoint_state()}
         self.run_dir.checkpoint(state["step"], self.model_cfg, model_state, trainer_state, optimizer_state=optim_state,
                                 tokenizer_file=self.source.tokenizer_file, keep_last=c.keep_checkpoints,
-                                ema_state=ema_state)
+                                ema_state=ema_state, extra_json={"lora.json": lora_json} if lora_json else None)
 
     def _manifest(self, state: dict, val: dict | None, val_ema: dict | None, wall: float) -> Manifest:
         config, inputs, counts = self.source.manifest(val)
