@@ -176,6 +176,11 @@ RUN_FILE = ".llmctl-run.json"  # a single-process command's run identity, writte
 _TEMP = re.compile(r"\..+\.tmp-\d+.*", re.DOTALL)
 
 
+def is_temp(name: str) -> bool:
+    """A hidden temporary (`.NAME.tmp-PID`): what a write killed before its rename leaves."""
+    return bool(_TEMP.fullmatch(name))
+
+
 def is_llmctl_manifest(path: Path) -> bool:
     """Whether `path` is a manifest llmctl wrote: a JSON object with its kind, stage and version
     (a web app's or another tool's manifest.json is not one)."""
@@ -199,7 +204,7 @@ def unowned_entries(out: Path, own: Iterable[str] = ()) -> list[str]:
     """The entries of OUT that are neither named by `own` (glob patterns) nor a hidden temporary
     (`.NAME.tmp-PID`) nor the lock: what a command that writes only `own` did not write."""
     own = tuple(own)
-    return [n for n in entries(out) if not _TEMP.fullmatch(n) and not any(fnmatch.fnmatchcase(n, pat) for pat in own)]
+    return [n for n in entries(out) if not is_temp(n) and not any(fnmatch.fnmatchcase(n, pat) for pat in own)]
 
 
 def check_overwrite(out: Path, own: Iterable[str] = ()) -> None:

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from llmctl.artifacts.atomic import (
-    MANIFEST, RUN_FILE, STDIO, check_overwrite, clear_dir, entries, is_llmctl_manifest, remove_entry, unowned_entries,
+    MANIFEST, RUN_FILE, STDIO, check_overwrite, clear_dir, entries, is_llmctl_manifest, is_temp, remove_entry, unowned_entries,
     write_text,
 )
 from llmctl.artifacts.manifest import input_identity
@@ -84,7 +84,7 @@ def check_out(out: str | os.PathLike, overwrite: bool, own: Iterable[str] = ()) 
         return
     if overwrite:
         check_overwrite(p, (*own, RUN_FILE))
-    elif entries(p) and recorded_run(p) is None:
+    elif [e for e in entries(p) if not is_temp(e)] and recorded_run(p) is None:  # a kill's temporaries are not files
         check_overwrite(p, own)  # someone's files: --overwrite would not remove them either
         raise UsageError(f"output {p} already exists; use --overwrite to replace it")
 
@@ -127,7 +127,9 @@ def start(out: Path, ident: dict, own: Iterable[str], keep_others: bool = False)
         raise UsageError(f"output {out} holds an unfinished llmctl {ident['stage']} and {len(others)} entr"
                          f"{'y' if len(others) == 1 else 'ies'} it did not write ({shown}); remove them or pick another -o")
     for name in entries(out):
-        if name not in others:
+        # the run file goes last (replaced whole below): a kill half-way through leaves OUT still
+        # marked as this command's, for the re-run to clear
+        if name not in others and name != RUN_FILE:
             remove_entry(out / name)
     write_text(out / RUN_FILE, json.dumps(ident, sort_keys=True) + "\n")
 
