@@ -257,10 +257,8 @@ def _die_with_parent(parent_pid):
     if sys.platform.startswith("linux"):
         import ctypes
 
-        try:
+        with suppress(OSError, AttributeError):  # no libc prctl: the getppid check below still holds
             ctypes.CDLL(None).prctl(1, ctypes.c_ulong(9), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-        except (OSError, AttributeError):
-            pass
     if os.getppid() != parent_pid:
         os._exit(0)
 
@@ -404,10 +402,8 @@ def _write_all(write, fd, data):
 
 def _flush_and_exit(exit_now):
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with suppress(BaseException):  # the code may have closed or replaced them
             stream.flush()
-        except BaseException:
-            pass
     exit_now(0)
 
 

@@ -53,6 +53,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,10 +132,8 @@ class _Capped:
 
 
 def _reap_group(pid: int) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError):  # already gone, or its leftovers are
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _exited(pid: int) -> bool:
