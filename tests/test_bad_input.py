@@ -385,10 +385,12 @@ COMMANDS = {
     ("generate",): ("generate", ["RUN", "-p", "hi"]),
     ("rl",): ("RLConfig", ["RUN", "--prompts", "TASKS", "-o", "OUT"]),
     ("plan",): ("plan", ["--model", "tiny"]),
+    ("best-of-n",): ("BestOfNConfig", ["RUN", "--prompts", "TASKS", "-o", "OUT"]),
 }
 RUN_CONTROL = {"workers", "shard_index", "num_shards", "cpus_per_task"}  # RunOptions validates them
 KEY = {("head",): {"n": "limit"}, ("train",): {"val_fraction": "sft"}}  # a parameter named otherwise than its field
-ANY_VALUE = {("rl",): {"format_reward"}}  # a negative format reward is a penalty: any number makes sense
+ANY_VALUE = {("rl",): {"format_reward"}, ("best-of-n",): {"min_reward"}}  # a penalty, a threshold: any number makes sense
+LORA = {"lora_rank": "rank", "lora_alpha": "alpha", "lora_dropout": "dropout"}  # every trainer's --lora-*: LoraConfig's keys
 
 
 def numeric_flags():
@@ -412,7 +414,9 @@ def _bad_value(path, p):
     if p.name in RUN_CONTROL or p.name in ANY_VALUE.get(path, ()):
         return None
     table, _ = COMMANDS[path]
-    key = KEY.get(path, {}).get(p.name, p.name)
+    if p.name in LORA:
+        table = "LoraConfig"
+    key = LORA.get(p.name) or KEY.get(path, {}).get(p.name, p.name)
     b = BOUNDS.get("sft" if key == "sft" else table, {}).get("val_fraction" if key == "sft" else key)
     if b is None and getattr(p, "min", None) is not None:
         return p.min - 1

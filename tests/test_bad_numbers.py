@@ -103,6 +103,8 @@ def base_args(path: tuple[str, ...], t: dict, out) -> list:
         ("tokenize", "run"): [docs, "-o", out, "-t", d / "tok", "--workers", "1"],
         ("tokenize", "train"): [docs, "-o", out, "--vocab-size", "300"],
         ("eval", "run"): [d / "run", "-o", out, "-t", f"gen:{tasks}", "--limit", "2", "--max-new-tokens", "2"],
+        ("best-of-n",): [d / "run", "--prompts", tasks, "-o", out, "-n", "2", "--max-new-tokens", "2", "--limit", "1",
+                         "--device", "cpu"],
         **{(pref,): [d / "run", "--pairs", d / "pairs.jsonl", "-o", out, "--seq-len", "32", "--batch-pairs", "2",
                      "--micro-batch", "2", "--max-steps", "1", "--threads", "1", "--device", "cpu"] for pref in ("dpo", "train-rm")},
     }[path]
