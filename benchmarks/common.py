@@ -129,3 +129,20 @@ def first_difference(a: str, b: str, width: int, before: int) -> tuple[str, str]
         if op != "equal":
             return a[max(0, i1 - before) : i1 + width], b[max(0, j1 - before) : j1 + width]
     return None
+
+
+def run_child(script: str, side: str, inputs: dict, steps: int, threads: int, out: Path) -> dict:
+    """Run `script --child SIDE` (one side of a side-by-side benchmark, in its own process with
+    `threads` threads) and return the JSON it prints on its `RESULT ` line."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO / "src"), "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, script, "--child", side, "--inputs", json.dumps(inputs), "--steps", str(steps),
+           "--threads", str(threads), "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if p.returncode or line is None:
+        raise SystemExit(f"{side} child failed ({p.returncode}):\n{p.stderr[-4000:]}")
+    return json.loads(line[len("RESULT "):])

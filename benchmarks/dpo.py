@@ -27,13 +27,13 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, cpu_name, write_results  # noqa: E402
+from common import run_child as common_run_child  # noqa: E402
 
 SUBJECTS = ["the miller", "a farmer", "the old bridge", "my sister", "the river", "our market"]
 VERBS = ["carries", "watches", "builds", "sells", "remembers", "crosses"]
@@ -176,14 +176,7 @@ def child_main(a) -> None:
 
 
 def run_child(side: str, inputs: dict, steps: int, threads: int, work: Path) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO / "src"), "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, __file__, "--child", side, "--inputs", json.dumps(inputs), "--steps", str(steps),
-           "--threads", str(threads), "--out", str(work / f"{side}-{threads}")]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
-    if p.returncode or line is None:
-        raise SystemExit(f"{side} child failed ({p.returncode}):\n{p.stderr[-4000:]}")
-    return json.loads(line[len("RESULT "):])
+    return common_run_child(__file__, side, inputs, steps, threads, work / f"{side}-{threads}")
 
 
 def main() -> None:

@@ -192,38 +192,19 @@ class DPOData(PairData):
         total = losses.sum()
         return total, total.detach(), top
 
-    def step_record(self, step: int) -> dict:
-        """The step's pair statistics, over the whole global batch (summed over ranks)."""
-        sums = distributed.all_reduce_sum(list(self._sums), self._dist) if self._dist is not None else self._sums
-        return _means(sums, self.s.uses_reference)
+    STATS = STATS
 
-    @torch.no_grad()
-    def validate(self, model, dist, micro: int, limit: int, autocast) -> dict:
+    def means(self, sums: list[float]) -> dict:
+        m = super().means(sums)
+        if not self.s.uses_reference:  # SimPO: no reference, no implicit KL
+            m.pop("implicit_kl")
+        return m
+
+    def val_batch(self, idx: list[int], dist, micro: int) -> tuple:
         ref = self.reference(dist, micro)
-        val = self.val_idx[:limit] if limit else self.val_idx
-        mine = val[dist.rank::dist.world]
-        sums = [0.0] * (len(STATS) + 2)
-        was = model.training
-        model.eval()
-        for i in range(0, len(mine), micro):
-            idx = mine[i:i + micro]
-            x, y, _ = pair_rows(self.pairs_at(idx), self.template.pad_id)
-            r = ref[idx] if ref is not None else torch.zeros(len(idx), 2, dtype=torch.float64)
-            with autocast:
-                losses, stats, _ = self.pair_stats(model, (x.to(dist.device), y.to(dist.device), r.to(dist.device)))
-            sums = [a + float(v) for a, v in zip(sums, [len(idx), *(stats[k] for k in STATS), losses.sum()])]
-        model.train(was)
-        sums = distributed.all_reduce_sum(sums, dist)
-        return {"loss": round(sums[-1] / max(sums[0], 1.0), 6), **_means(sums[:-1], self.s.uses_reference), "pairs": int(sums[0])}
-
-
-def _means(sums: list[float], with_ref: bool) -> dict:
-    n = max(sums[0], 1.0)
-    m = {k: round(v / n, 6) for k, v in zip(STATS, sums[1:])}
-    m["reward_margin"] = round(m["reward_chosen"] - m["reward_rejected"], 6)
-    if not with_ref:
-        m.pop("implicit_kl")
-    return m
+        x, y, _ = pair_rows(self.pairs_at(idx), self.template.pad_id)
+        r = ref[idx] if ref is not None else torch.zeros(len(idx), 2, dtype=torch.float64)
+        return x.to(dist.device), y.to(dist.device), r.to(dist.device)
 
 
 @torch.no_grad()

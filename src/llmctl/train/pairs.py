@@ -25,6 +25,7 @@ file that is not JSON, or where no pair is left, is a one-line error naming file
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 
 from llmctl.errors import UsageError
+from llmctl.torchrt import distributed
 from llmctl.train.loader import SequenceBatches, WindowOrder
 
 SKIP_REASONS = ("missing_field", "bad_messages", "empty_completion", "identical", "too_long")
@@ -239,7 +241,7 @@ def resolve_init(init: Path, what: str) -> tuple[Path, Path, object]:
     return ck.path, ck.tokenizer_file, model_config(ck)
 
 
-class PairData:
+class PairData(ABC):
     """What dpo and train-rm share as batch sources of the training loop (train/trainer.py's
     BatchSource): the pairs read and rendered once, a seeded held-out share, the order of the
     training pairs, and the manifest's inputs and skip counts. Subclasses add the loss."""
@@ -289,6 +291,49 @@ class PairData:
 
     def checkpoint_state(self) -> dict:
         return {}
+
+    # -- the pair statistics: a subclass names them (STATS), keeps their sums over the step's
+    # micro-batches in self._sums ([pairs, *STATS]) and gives its held-out batches (val_batch)
+
+    STATS: tuple[str, ...] = ()
+
+    def means(self, sums: list[float]) -> dict:
+        """Per-pair means of the summed statistics ([pairs, *STATS]), with the reward margin."""
+        n = max(sums[0], 1.0)
+        m = {k: round(v / n, 6) for k, v in zip(self.STATS, sums[1:])}
+        m["reward_margin"] = round(m["reward_chosen"] - m["reward_rejected"], 6)
+        return m
+
+    def step_record(self, step: int) -> dict:
+        """The step's pair statistics, over the whole global batch (summed over ranks)."""
+        sums = distributed.all_reduce_sum(list(self._sums), self._dist) if self._dist is not None else self._sums
+        return self.means(sums)
+
+    @abstractmethod
+    def val_batch(self, idx: list[int], dist, micro: int) -> tuple:
+        """The held-out pairs `idx` as a batch for `pair_stats`, on the device."""
+
+    @abstractmethod
+    def pair_stats(self, model, batch: tuple) -> tuple[torch.Tensor, dict, torch.Tensor]:
+        """(per-pair losses, the batch's summed STATS, the max logit) of one micro-batch."""
+
+    @torch.no_grad()
+    def validate(self, model, dist, micro: int, limit: int, autocast) -> dict:
+        """Loss and pair statistics on the held-out pairs (each rank its share, summed)."""
+        val = self.val_idx[:limit] if limit else self.val_idx
+        mine = val[dist.rank::dist.world]
+        sums = [0.0] * (len(self.STATS) + 2)
+        was = model.training
+        model.eval()
+        for i in range(0, len(mine), micro):
+            idx = mine[i:i + micro]
+            batch = self.val_batch(idx, dist, micro)
+            with autocast:
+                losses, stats, _ = self.pair_stats(model, batch)
+            sums = [a + float(v) for a, v in zip(sums, [len(idx), *(stats[k] for k in self.STATS), losses.sum()])]
+        model.train(was)
+        sums = distributed.all_reduce_sum(sums, dist)
+        return {"loss": round(sums[-1] / max(sums[0], 1.0), 6), **self.means(sums[:-1]), "pairs": int(sums[0])}
 
     def manifest(self, val: dict | None) -> tuple[dict, list[dict], dict]:
         counts = {"pairs": len(self.train_idx), "val_pairs": len(self.val_idx), "records": self.all.records,

@@ -26,7 +26,6 @@ import torch.nn.functional as F
 
 from llmctl.errors import UsageError
 from llmctl.model.reward import SCORE, RewardModel
-from llmctl.torchrt import distributed
 from llmctl.train.pairs import PairData, PairOptions, encode_side, pair_rows, resolve_init
 from llmctl.train.trainer import fit
 
@@ -90,33 +89,11 @@ class RMData(PairData):
         total = losses.sum()
         return total, total.detach(), top
 
-    def step_record(self, step: int) -> dict:
-        sums = distributed.all_reduce_sum(list(self._sums), self._dist) if self._dist is not None else self._sums
-        return _means(sums)
+    STATS = STATS
 
-    @torch.no_grad()
-    def validate(self, model, dist, micro: int, limit: int, autocast) -> dict:
-        val = self.val_idx[:limit] if limit else self.val_idx
-        mine = val[dist.rank::dist.world]
-        sums = [0.0] * (len(STATS) + 2)
-        was = model.training
-        model.eval()
-        for i in range(0, len(mine), micro):
-            idx = mine[i:i + micro]
-            batch = tuple(t.to(dist.device) for t in self._rows(idx))
-            with autocast:
-                losses, stats, _ = self.pair_stats(model, batch)
-            sums = [a + float(v) for a, v in zip(sums, [len(idx), *(stats[k] for k in STATS), losses.sum()])]
-        model.train(was)
-        sums = distributed.all_reduce_sum(sums, dist)
-        return {"loss": round(sums[-1] / max(sums[0], 1.0), 6), **_means(sums[:-1]), "pairs": int(sums[0])}
+    def val_batch(self, idx: list[int], dist, micro: int) -> tuple:
+        return tuple(t.to(dist.device) for t in self._rows(idx))
 
-
-def _means(sums: list[float]) -> dict:
-    n = max(sums[0], 1.0)
-    m = {k: round(v / n, 6) for k, v in zip(STATS, sums[1:])}
-    m["reward_margin"] = round(m["reward_chosen"] - m["reward_rejected"], 6)
-    return m
 
 
 def run_train_rm(pairs: Path, init: Path, out: Path, cfg, val_fraction: float = 0.0, epochs: float = 1.0,
