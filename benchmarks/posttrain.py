@@ -13,7 +13,7 @@ ones) and starts from the same SFT model:
   rollout settings of the arith preset and scores them with the math verifier; its `sft.jsonl` (the
   best completion of each prompt) and `pairs.jsonl` (best against worst) feed
 - RS-SFT: `llmctl train --sft sft.jsonl --init SFT` (a few epochs at a low rate), and
-- DPO: `llmctl dpo SFT --pairs pairs.jsonl --config dpo-tiny`;
+- DPO: `llmctl dpo SFT --pairs pairs.jsonl --config dpo-tiny` (2 epochs) at lr 1e-4 and 1e-5 (the preset's);
 - GRPO + LoRA: the demo's rl run again with `--lora-rank` (adapters only; the same steps).
 
 Each is evaluated as the demo evaluates (`gsm8k:` greedy, 64 new tokens) and compared with the SFT
@@ -65,6 +65,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=8, help="samples per prompt for best-of-n")
     ap.add_argument("--prompts", type=int, default=400, help="how many training prompts best-of-n samples")
     ap.add_argument("--lora-rank", type=int, default=16)
+    ap.add_argument("--note", default="", help="a line on the conditions (e.g. what else ran), kept in RESULTS")
     args = ap.parse_args()
     demo, work = args.demo, args.work or args.demo / "posttrain"
     work.mkdir(parents=True, exist_ok=True)
@@ -77,15 +78,17 @@ def main() -> None:
     runs = {
         "GRPO (demo rl)": rl,
         "RS-SFT": work / "rs-sft",
-        "DPO on best-vs-worst": work / "dpo",
+        "DPO, lr 1e-4": work / "dpo",
+        "DPO, lr 1e-5 (dpo-tiny)": work / "dpo-low",
         f"GRPO + LoRA r{args.lora_rank}": work / "rl-lora",
     }
     seconds = {"GRPO (demo rl)": json.loads((rl / "manifest.json").read_text())["wall_seconds"]}
     m = once(work / "rs-sft", "train", "--sft", work / "bon" / "sft.jsonl", "--init", sft, "--config", "sft-tiny",
              "--max-tokens", 200_000, "--lr", 2e-4)
     seconds["RS-SFT"] = m["wall_seconds"]
-    m = once(work / "dpo", "dpo", sft, "--pairs", work / "bon" / "pairs.jsonl", "--config", "dpo-tiny", "--epochs", 2)
-    seconds["DPO on best-vs-worst"] = m["wall_seconds"]
+    for label, lr in (("DPO, lr 1e-4", 1e-4), ("DPO, lr 1e-5 (dpo-tiny)", 1e-5)):
+        m = once(runs[label], "dpo", sft, "--pairs", work / "bon" / "pairs.jsonl", "--config", "dpo-tiny", "--epochs", 2, "--lr", lr)
+        seconds[label] = m["wall_seconds"]
     m = once(work / "rl-lora", "rl", sft, "--prompts", PROMPTS, "--eval", EVAL, "--config", "arith",
              "--lora-rank", args.lora_rank, "--lr", 2e-4)
     seconds[f"GRPO + LoRA r{args.lora_rank}"] = m["wall_seconds"]
@@ -99,7 +102,8 @@ def main() -> None:
     when = datetime.date.today().isoformat()
     lines = [
         "## posttrain", "",
-        f"`.venv/bin/python benchmarks/posttrain.py --demo {demo}` — {when}, {cpu_name()}, `nproc` = {os.cpu_count()}.",
+        f"`.venv/bin/python benchmarks/posttrain.py --demo {demo}` — {when}, {cpu_name()}, `nproc` = {os.cpu_count()}."
+        + (f" {args.note}" if args.note else ""),
         "",
         f"From the demo's SFT model ({sft}), on the same training prompts; each row's model against the SFT model "
         f"on the {rows[0][1]['n']} held-out problems (greedy, paired; 95% interval of the difference). best-of-n: "
