@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmctl import __version__
-from llmctl.artifacts.atomic import entries, write_text
+from llmctl.artifacts.atomic import entries, is_temp, write_text
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import has_manifest, input_ref
 from llmctl.artifacts.rerun import recorded_run, run_identity, start
@@ -56,7 +56,8 @@ def write_report(path: str | Path, out: str | Path, evals: list[str] | None = No
         recorded = recorded_run(out)
         if recorded is not None and recorded.get("stage") != "report":
             raise UsageError(f"{out} holds an unfinished llmctl {recorded.get('stage') or 'output'}; give the report its own folder")
-        if recorded is None and entries(out) and not (out / "report.json").is_file():
+        # a kill's hidden temporaries (the run file's own, first) are not someone's files
+        if recorded is None and [e for e in entries(out) if not is_temp(e)] and not (out / "report.json").is_file():
             raise UsageError(f"{out} is not empty and holds no earlier report; give the report its own folder")
         ident = run_identity("report", {"evals": evals or [], "discover": discover}, [input_ref(path)])
         start(out, ident, OWN, keep_others=True)  # an earlier report's files go, anything beside them stays
