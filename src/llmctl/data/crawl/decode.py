@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from contextlib import suppress
 
 from charset_normalizer import from_bytes
 
@@ -88,8 +89,6 @@ def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]
     best = from_bytes(body[: 1 << 20]).best()
     if best is not None and best.encoding:
         enc = whatwg.from_python_codec(best.encoding) or best.encoding
-        try:
+        with suppress(UnicodeDecodeError, LookupError):  # detection guessed wrong: undecodable below
             return _decode(body, enc), enc
-        except (UnicodeDecodeError, LookupError):
-            pass
     raise UndecodableError(f"tried {', '.join(candidates)} and detection")

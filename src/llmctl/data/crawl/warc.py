@@ -170,22 +170,18 @@ def find_member(f, pos: int, limit: int = RESYNC_LIMIT) -> int | None:
                 # read more first: a candidate is always judged on SNIFF_BYTES (or all up to the
                 # end), so where reads happen to stop (a pipe's anywhere) never changes the answer
                 break
-            try:
+            with contextlib.suppress(zlib.error):  # gzip magic inside a body, not a member start: look further
                 if zlib.decompressobj(31).decompress(buf[j : j + SNIFF_BYTES], 16).startswith(b"WARC/"):
                     return base + j
-            except zlib.error:
-                pass
             i = j + 1
         keep = max(i, len(buf) - SNIFF_BYTES)
         base, buf = base + keep, buf[keep:]
     # the tail: the last candidates, judged on what is left of the file
     j = buf.find(GZIP_MAGIC)
     while j >= 0:
-        try:
+        with contextlib.suppress(zlib.error):  # gzip magic inside a body, not a member start: look further
             if zlib.decompressobj(31).decompress(buf[j:], 16).startswith(b"WARC/"):
                 return base + j
-        except zlib.error:
-            pass
         j = buf.find(GZIP_MAGIC, j + 1)
     return None
 

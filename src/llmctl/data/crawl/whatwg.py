@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from contextlib import suppress
 from collections.abc import Callable
 
 import webencodings
@@ -116,10 +117,8 @@ def _euc_jp_error(exc: UnicodeError) -> tuple[str, int]:
             pointer = (pair[0] - 0xA1) * 94 + pair[1] - 0xA1
             lead, offset = divmod(pointer, 188)
             sjis = bytes([lead + (0x81 if lead < 0x1F else 0xC1), offset + (0x40 if offset < 0x3F else 0x41)])
-            try:
+            with suppress(UnicodeDecodeError):  # not Shift_JIS either: the original error stands
                 return sjis.decode("cp932"), exc.start + 2
-            except UnicodeDecodeError:
-                pass
     raise exc
 
 
