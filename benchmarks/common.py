@@ -146,3 +146,14 @@ def run_child(script: str, side: str, inputs: dict, steps: int, threads: int, ou
     if p.returncode or line is None:
         raise SystemExit(f"{side} child failed ({p.returncode}):\n{p.stderr[-4000:]}")
     return json.loads(line[len("RESULT "):])
+
+
+def trl_args(out: Path, steps: int, batch: int, lr: float, seed: int, pad_token) -> dict:
+    """The TRL trainer settings both side-by-side benchmarks (dpo.py, reward_model.py) give their
+    TRL side, matching llmctl's: constant rate, no warmup or decay, AdamW (0.9, 0.95, 1e-8), clip 1,
+    fp32 on CPU, every step logged, nothing saved."""
+    return dict(output_dir=str(out), per_device_train_batch_size=batch, gradient_accumulation_steps=1,
+                learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+                adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, max_grad_norm=1.0, max_steps=steps,
+                logging_steps=1, save_strategy="no", report_to=[], seed=seed, use_cpu=True, bf16=False,
+                max_length=None, dataloader_num_workers=0, optim="adamw_torch", pad_token=pad_token, disable_tqdm=True)

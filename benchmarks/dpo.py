@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, cpu_name, write_results  # noqa: E402
+from common import REPO, cpu_name, trl_args, write_results  # noqa: E402
 from common import run_child as common_run_child  # noqa: E402
 
 SUBJECTS = ["the miller", "a farmer", "the old bridge", "my sister", "the river", "our market"]
@@ -127,12 +127,8 @@ def child_trl(inputs: dict, steps: int, threads: int, out: Path, precompute: boo
     data = Dataset.from_list([{k: recs[i][k] for k in ("prompt", "chosen", "rejected")} for i in order])
     tok = AutoTokenizer.from_pretrained(inputs["hf"])
     model = AutoModelForCausalLM.from_pretrained(inputs["hf"], dtype=torch.float32)
-    args = DPOConfig(output_dir=str(out), per_device_train_batch_size=BATCH, gradient_accumulation_steps=1,
-                     learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-                     adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, max_grad_norm=1.0, max_steps=steps,
-                     beta=BETA, loss_type=["sigmoid"], logging_steps=1, save_strategy="no", report_to=[], seed=SEED,
-                     use_cpu=True, bf16=False, max_length=None, dataloader_num_workers=0, optim="adamw_torch",
-                     precompute_ref_log_probs=precompute, pad_token=tok.pad_token, disable_tqdm=True)
+    args = DPOConfig(**trl_args(out, steps, BATCH, LR, SEED, tok.pad_token), beta=BETA, loss_type=["sigmoid"],
+                     precompute_ref_log_probs=precompute)
     seen: list[dict] = []
     times: list[float] = []
 

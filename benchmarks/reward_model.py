@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, cpu_name, write_results  # noqa: E402
+from common import REPO, cpu_name, trl_args, write_results  # noqa: E402
 from common import run_child as common_run_child  # noqa: E402
 from dpo import SEED, sentence, setup  # noqa: E402  (benchmarks/dpo.py: the same model and tokenizer)
 
@@ -100,12 +100,8 @@ def child_trl(inputs: dict, steps: int, threads: int, out: Path) -> dict:
     torch.manual_seed(SEED)  # llmctl's trainer seeds, then builds the model: its initial head
     with torch.no_grad():
         model.score.weight.copy_(RewardModel(cfg).score.weight)
-    args = RewardConfig(output_dir=str(out), per_device_train_batch_size=BATCH, per_device_eval_batch_size=BATCH,
-                        gradient_accumulation_steps=1, learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0,
-                        weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, max_grad_norm=1.0,
-                        max_steps=steps, logging_steps=1, save_strategy="no", report_to=[], seed=SEED, use_cpu=True,
-                        bf16=False, max_length=None, dataloader_num_workers=0, optim="adamw_torch",
-                        pad_token=tok.pad_token, disable_tqdm=True, center_rewards_coefficient=None)
+    args = RewardConfig(**trl_args(out, steps, BATCH, LR, SEED, tok.pad_token), per_device_eval_batch_size=BATCH,
+                        center_rewards_coefficient=None)
     seen: list[dict] = []
     times: list[float] = []
 

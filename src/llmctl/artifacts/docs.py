@@ -199,7 +199,7 @@ def _normalize(batch: pa.RecordBatch, source: DocsSource, rows, log: ReadLog | N
         if not pa.types.is_string(cols["id"].type):
             try:
                 cols["id"] = pc.cast(cols["id"], pa.string())
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            except pa.ArrowException as e:  # any cast Arrow cannot make (invalid values, no cast kernel)
                 raise UsageError(f"{source.path}: the 'id' column ({cols['id'].type}) does not convert to strings") from e
     else:
         numbers = range(rows, rows + batch.num_rows) if isinstance(rows, int) else rows.tolist()
