@@ -8,10 +8,14 @@ import math
 import pytest
 import torch
 
+from conftest import llmctl
 from llmctl.errors import UsageError
 from llmctl.rl.config import RLConfig
 from llmctl.rl.grpo import IS_CAP, aggregate, clipped_surrogate, importance_weights, per_token_loss
 from llmctl.rl.rollout import Sample, sequence_batch
+from test_rl import RL_ARGS, records, sft_model  # noqa: F401  (fixtures)
+from test_sft import tok  # noqa: F401
+from test_train import tokens  # noqa: F401
 
 # Two responses of 4 and 2 scored tokens. Row 0's ratios π_train/π_rollout are 1, 3, 1/2, 3/2; row 1's
 # are 5/2 and e^-8, then two padding positions whose log-probs are garbage and must count for nothing.
@@ -108,3 +112,36 @@ def test_config_checks_the_correction_and_its_cap():
     assert str(e.value) == "rl: is_correction must be one of none, tis, mis, got 'zz'"
     with pytest.raises(UsageError, match="is_cap must be >= 1"):
         RLConfig(is_correction="mis", is_cap=0.5).check()
+
+
+def test_rl_logs_the_gap_and_applies_tis_and_mis(sft_model, tmp_path):  # noqa: F811
+    """End to end on a tiny chat model: every trained step logs the gap between the engine's and the
+    trainer's log-probs, which for the same fp32 model on one machine is float rounding; tis and mis
+    log their weights (all ≈ 1, none capped at 2), and tis's update is then none's; mis with
+    --epochs 2 takes π_old from the recomputed old log-probs."""
+    args = ["rl", sft_model / "sft", "--prompts", sft_model / "digits.jsonl", "--verifier", "regex", *RL_ARGS, "-q"]
+    runs = {}
+    for name, extra in (("none", []), ("tis", ["--is-correction", "tis"]),
+                        ("mis", ["--is-correction", "mis", "--is-cap", "3", "--epochs", "2"])):
+        llmctl(*args, *extra, "-o", tmp_path / name, check=True)
+        runs[name] = [r for r in records(tmp_path / name) if r.get("updates")]
+        assert runs[name], name
+        for r in runs[name]:
+            assert 0 <= r["logprob_gap_mean"] <= r["logprob_gap_max"] < 1e-5, (name, r)
+    assert all(not any(k.startswith("is_") for k in r) for r in runs["none"])
+    for r in runs["tis"]:
+        assert r["is_weight_mean"] == pytest.approx(1.0, abs=1e-5) and r["is_truncated_frac"] == 0
+    for r in runs["mis"]:
+        assert r["is_weight_mean"] == pytest.approx(1.0, abs=1e-5) and r["is_masked_frac"] == 0 and r["updates"] == 2
+    first_none, first_tis = runs["none"][0], runs["tis"][0]
+    assert first_none["step"] == first_tis["step"] and first_none["reward_mean"] == first_tis["reward_mean"]
+    assert first_tis["grad_norm"] == pytest.approx(first_none["grad_norm"], rel=1e-4)
+
+
+def test_rl_refuses_a_bad_correction_or_cap_in_one_line(sft_model, tmp_path):  # noqa: F811
+    base = ["rl", sft_model / "sft", "--prompts", sft_model / "digits.jsonl", "-o", tmp_path / "r"]
+    for extra, line in ((["--is-correction", "zz"], "llmctl: error: rl: is_correction must be one of none, tis, mis, got 'zz'"),
+                        (["--is-cap", "0.5"], "llmctl: error: --is-cap must be >= 1, got 0.5")):
+        p = llmctl(*base, *extra)
+        assert p.returncode == 2 and p.stderr.decode().strip() == line, p.stderr.decode()
+    assert not (tmp_path / "r").exists()
