@@ -138,6 +138,21 @@ def test_rl_logs_the_gap_and_applies_tis_and_mis(sft_model, tmp_path):  # noqa: 
     assert first_tis["grad_norm"] == pytest.approx(first_none["grad_norm"], rel=1e-4)
 
 
+def test_bfloat16_rollouts_open_a_gap_that_tis_truncates(sft_model, tmp_path):  # noqa: F811
+    """Rollouts from a bfloat16 copy of the policy (--gen-dtype) score their tokens with bf16
+    rounding: the gap is orders of magnitude above fp32's. With the cap at 1, tis truncates the tokens
+    the trainer finds likelier than the engine did (weight 1) and keeps the others' ratios, each at
+    least exp(−gap_max): a token off by any amount is truncated or weighs below 1."""
+    llmctl("rl", sft_model / "sft", "--prompts", sft_model / "digits.jsonl", "--verifier", "regex", *RL_ARGS, "-q",
+           "--gen-dtype", "bfloat16", "--is-correction", "tis", "--is-cap", "1", "-o", tmp_path / "bf16", check=True)
+    trained = [r for r in records(tmp_path / "bf16") if r.get("updates")]
+    assert trained
+    for r in trained:
+        assert 1e-4 < r["logprob_gap_mean"] <= r["logprob_gap_max"], r
+        assert math.exp(-r["logprob_gap_max"]) <= r["is_weight_mean"] <= 1 and 0 <= r["is_truncated_frac"] <= 1, r
+        assert r["is_truncated_frac"] > 0 or r["is_weight_mean"] < 1, r
+
+
 def test_rl_refuses_a_bad_correction_or_cap_in_one_line(sft_model, tmp_path):  # noqa: F811
     base = ["rl", sft_model / "sft", "--prompts", sft_model / "digits.jsonl", "-o", tmp_path / "r"]
     for extra, line in ((["--is-correction", "zz"], "llmctl: error: rl: is_correction must be one of none, tis, mis, got 'zz'"),
