@@ -253,7 +253,7 @@ class RLTrainer:
         inputs, targets, mask, rollout = sequence_batch(samples)
         # the policy being optimized is the one that sampled: softmax(z / T), as TRL and verl do, over the
         # ids the engine samples from — the head's padding rows (model/config.py padded_vocab) are never
-        # sampled, and their share of a softmax over all rows (~0.4% in the demo-sized test model) showed as
+        # sampled, and their share of a softmax over all rows (~0.4% in test_rl.py's tiny model) showed as
         # a gap of ~4e-3 nats to the engine's log-probs
         logits = model(inputs.to(self.device))[..., : model.cfg.vocab_size].float() / self.cfg.temperature
         logp_all = F.log_softmax(logits, -1)
