@@ -151,7 +151,9 @@ def _score_items(model, items, max_tokens, pad_id, on_batch):
         sel_rows = [r for k, r, _ in where for idx, _ in packed[k].gathers for _ in idx]
         sel_cols = [at + i for k, _, at in where for idx, _ in packed[k].gathers for i in idx]
         targets = torch.tensor([t for k, _, _ in where for _, tg in packed[k].gathers for t in tg])
-        logits = model.head(hidden[torch.tensor(sel_rows), torch.tensor(sel_cols)]).float()
+        # over the vocabulary's ids, not the head's padding rows (model/config.py padded_vocab): the
+        # exported model's softmax, which lm-evaluation-harness takes, has no such rows
+        logits = model.head(hidden[torch.tensor(sel_rows), torch.tensor(sel_cols)])[:, : model.cfg.vocab_size].float()
         # log_softmax + gather in one row-wise kernel (the harness's log_softmax, then gather)
         token_lp = (-F.cross_entropy(logits, targets.to(device), reduction="none")).cpu()
         at = 0
