@@ -172,6 +172,9 @@ BOUNDS: dict[str, dict[str, Bound]] = {
         # a negative one is a penalty for the form; past ±1 the form would outweigh a correct answer (1)
         "format_reward": Bound(-1, 1),
         "reward_model_coef": NONNEG, "verifier_coef": NONNEG,  # rl --reward-model: the reward's two weights
+        # the importance weights' cap: below 1 it would cut the tokens whose two log-probs agree (ratio 1); no
+        # ceiling, a weight's log-ratio is clamped at ±20 before exp (rl/grpo.py, verl's SAFETY_BOUND)
+        "is_cap": at_least(1),
     },
     "BestOfNConfig": {"n": at_least(2, flag="-n"), "max_new_tokens": COUNT, "temperature": POSITIVE, "top_p": MASS,
                       "reward_model_coef": NONNEG, "verifier_coef": NONNEG, "limit": COUNT, "gen_batch": COUNT, "seed": SEED,

@@ -41,6 +41,8 @@ def rl(
     kl: Annotated[Optional[str], typer.Option("--kl", help="KL to the frozen start model: none, k2, k3.")] = None,
     kl_coef: Annotated[Optional[float], typer.Option("--kl-coef", help="Weight of the KL term.")] = None,
     epochs: Annotated[Optional[int], typer.Option("--epochs", help="μ: optimizer passes over each batch (old log-probs kept).")] = None,
+    is_correction: Annotated[Optional[str], typer.Option("--is-correction", help="Rollout correction for the engine/trainer log-prob gap (logged each step as logprob_gap_mean/max): none, tis (each token's policy-gradient term times min(π_old/π_rollout, --is-cap): truncated IS) or mis (times the ratio, 0 above the cap: masked IS).")] = None,
+    is_cap: Annotated[Optional[float], typer.Option("--is-cap", help="C of --is-correction (>= 1; default 2, verl's; TRL's is 3).")] = None,
     dynamic_sampling: Annotated[Optional[bool], typer.Option("--dynamic-sampling/--no-dynamic-sampling", help="Drop groups whose rewards are all equal and draw more prompts.")] = None,
     truncated: Annotated[Optional[str], typer.Option("--truncated", help="Samples cut at --max-new-tokens: mask (out of the loss) or zero (reward 0).")] = None,
     verifier: Annotated[Optional[str], typer.Option("--verifier", help="math, exact, regex or python (runs the code in a sandbox: Landlock, seccomp, rlimits, an unprivileged uid when root).")] = None,
@@ -73,7 +75,7 @@ def rl(
                      warmup_steps=warmup_steps, schedule=schedule, temperature=temperature, top_p=top_p, format_reward=format_reward,
                      adv_estimator=adv_estimator, adv_std=adv_std, clip_low=clip_low, clip_high=clip_high,
                      ratio_level=ratio_level, headroom_limit=headroom_limit, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
-                     epochs=epochs, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, unsafe_sandbox=unsafe_sandbox, seed=seed, device=device,
+                     epochs=epochs, is_correction=is_correction, is_cap=is_cap, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, unsafe_sandbox=unsafe_sandbox, seed=seed, device=device,
                      reward_model=reward_model, reward_model_coef=reward_model_coef, verifier_coef=verifier_coef,
                      recompute=recompute, gen_dtype=gen_dtype, weights=weights, lora=lora_flags(lora_rank, lora_alpha, lora_dropout, lora_targets))
     cfg = build_config(RLConfig, "rl", config, overrides)

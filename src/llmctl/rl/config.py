@@ -11,7 +11,7 @@ from llmctl.errors import UsageError
 from llmctl.model.generate import GEN_DTYPES, EngineConfig, SamplingParams
 from llmctl.model.lora import LoraConfig
 from llmctl.model.recompute import check_mode
-from llmctl.rl.grpo import ADV_ESTIMATORS, ADV_STD, KL, LOSS_AGG, RATIO_LEVELS
+from llmctl.rl.grpo import ADV_ESTIMATORS, ADV_STD, IS_CAP, IS_CORRECTIONS, KL, LOSS_AGG, RATIO_LEVELS
 
 SCHEDULES = ("constant", "linear", "cosine")
 
@@ -43,6 +43,11 @@ class RLConfig:
     kl: str = "none"  # none | k2 | k3 (no KL from a rule reward, §A7)
     kl_coef: float = 0.0
     epochs: int = 1  # μ: passes over each batch
+    # rollout correction: the engine's log-probs of the sampled tokens against the trainer's (their gap is
+    # always logged); tis weighs each token's policy-gradient term by min(π_old/π_rollout, is_cap), mis by
+    # the ratio or 0 above the cap (rl/grpo.py importance_weights; TRL and verl do it for vLLM rollouts)
+    is_correction: str = "none"  # none | tis | mis
+    is_cap: float = IS_CAP
     dynamic_sampling: bool = True  # drop groups whose rewards are all equal, draw more prompts
     max_draws: int = 4  # prompt batches drawn per step at most while filling it
     truncated: str = "mask"  # mask | zero
@@ -77,13 +82,16 @@ class RLConfig:
 
     def check(self) -> None:
         for name, allowed in (("adv_estimator", ADV_ESTIMATORS), ("adv_std", ADV_STD), ("loss_agg", LOSS_AGG), ("kl", KL),
-                              ("truncated", ("mask", "zero")), ("schedule", SCHEDULES), ("ratio_level", RATIO_LEVELS)):
+                              ("truncated", ("mask", "zero")), ("schedule", SCHEDULES), ("ratio_level", RATIO_LEVELS),
+                              ("is_correction", IS_CORRECTIONS)):
             if getattr(self, name) not in allowed:
                 raise UsageError(f"rl: {name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if self.group_size < 2:
             raise UsageError("rl: group_size must be at least 2 (advantages are relative to the group)")
         if self.temperature <= 0:
             raise UsageError("rl: temperature must be > 0 (GRPO needs different samples per group)")
+        if self.is_cap < 1:
+            raise UsageError(f"rl: is_cap must be >= 1 (a lower cap cuts tokens both sides agree on, ratio 1), got {self.is_cap}")
         if self.kl != "none" and self.kl_coef <= 0:
             raise UsageError("rl: --kl needs --kl-coef > 0")
         if self.reward_model is None and self.verifier_coef == 0:

@@ -9,7 +9,9 @@ All of it follows spec 001-posttrain-rl §A6/§A7:
   mean over responses), token-mean (DAPO: every token of the batch weighs the same), seq-sum-const
   (Dr. GRPO: summed tokens over a constant, responses × max_new_tokens);
 - KL to a reference: k3 = (δ − 1) − log δ (unbiased for KL(π‖π_ref), its gradient is the forward
-  KL's) or k2 = ½ (log δ)², δ = π_ref/π.
+  KL's) or k2 = ½ (log δ)², δ = π_ref/π;
+- rollout correction: the engine's log-probs of the sampled tokens against the trainer's, their gap,
+  and truncated or masked importance weights (TIS / MIS) that correct for the difference.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ LOSS_AGG = ("seq-mean-token-mean", "token-mean", "seq-sum-const")
 KL = ("none", "k1", "k2", "k3")
 ADV_ESTIMATORS = ("grpo", "rloo")
 RATIO_LEVELS = ("token", "sequence")
+IS_CORRECTIONS = ("none", "tis", "mis")
+# The cap C of the rollout importance weights: verl's algorithm.rollout_correction.rollout_is_threshold
+# default, 2.0 ("typical: 2.0-5.0", verl/trainer/config/algorithm/rollout_correction.yaml); TRL 1.16's
+# GRPOConfig.vllm_importance_sampling_clip_max defaults to 3.0.
+IS_CAP = 2.0
+# verl's SAFETY_BOUND (rollout_corr_helper.py): log-ratios are clamped to ±20 before exp, so a weight
+# stays finite in float32 however far the two log-probs are apart
+LOG_RATIO_BOUND = 20.0
 
 
 def advantages(rewards: torch.Tensor, std: str = "group", eps: float = 1e-6) -> torch.Tensor:
@@ -105,6 +115,16 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Ten
     return objective, zero_grad, ratio
 
 
+def per_token_loss(objective: torch.Tensor, weight: torch.Tensor | None = None, kl: torch.Tensor | None = None,
+                   kl_coef: float = 0.0) -> torch.Tensor:
+    """The per-token loss to minimize: −objective (the clipped surrogate), times the rollout importance
+    weight when there is one (importance_weights: it corrects the policy-gradient term for sampling
+    under the engine's numerics), plus kl_coef · the KL estimate, unweighted — TRL multiplies its
+    vLLM importance ratio into the surrogate's per-token loss before it adds β·KL."""
+    loss = -objective if weight is None else -objective * weight
+    return loss if kl is None else loss + kl_coef * kl
+
+
 def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, n_seqs_total: int,
               n_tokens_total: int, max_new_tokens: int) -> torch.Tensor:
     """Sum of this micro-batch's share of the batch loss; the normalizers are those of the WHOLE
@@ -120,3 +140,41 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, n_seqs_tot
     if mode == "seq-sum-const":
         return masked.sum() / max(1, n_seqs_total * max_new_tokens)
     raise ValueError(f"loss_agg must be one of {LOSS_AGG}")
+
+
+def importance_weights(train_logp: torch.Tensor, rollout_logp: torch.Tensor, mode: str, cap: float,
+                       mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token rollout importance weights and the rollout/trainer log-prob gap.
+
+    train_logp: the trainer's log-prob of each sampled token under the policy that sampled it (π_old:
+    at μ = 1 the training forward's, detached; at μ > 1 the recomputed old log-probs); rollout_logp:
+    the engine's log-prob of the same token when it sampled it. Both are log softmax(z / T), so they
+    differ only by numerics (kernels, batch shapes, precision, another engine) — a difference that
+    makes the samples slightly off-policy for the trainer. The ratio r = π_old / π_rollout, then
+    - "none": w = 1;
+    - "tis" (truncated IS): w = min(r, cap) — TRL's vllm_importance_sampling_mode "token_truncate"
+      with vllm_importance_sampling_clip_max, verl's rollout_is "token" with rollout_is_threshold;
+    - "mis" (masked IS): w = r, or 0 where r > cap — TRL's "token_mask".
+    w is detached (no gradient flows through it); the caller multiplies the per-token policy-gradient
+    loss by it, not the KL term (as TRL does). (B, T) tensors in; w (B, T) out.
+
+    stats are sums over the mask's tokens, so micro-batches and ranks add up exactly: gap_sum
+    (Σ |train_logp − rollout_logp|), gap_max, weight_sum (Σ w), capped (tokens whose ratio exceeds the
+    cap: truncated under tis, masked under mis), tokens."""
+    if mode not in IS_CORRECTIONS:
+        raise ValueError(f"is correction must be one of {IS_CORRECTIONS}")
+    on = mask.bool()
+    log_ratio = (train_logp - rollout_logp).detach().float().masked_fill(~on, 0.0)
+    gap = log_ratio.abs()
+    ratio = torch.exp(log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    over = (ratio > cap) & on
+    if mode == "tis":
+        w = ratio.clamp(max=cap)
+    elif mode == "mis":
+        w = ratio.masked_fill(over, 0.0)
+    else:
+        w = torch.ones_like(ratio)
+    w = w.masked_fill(~on, 0.0)
+    stats = {"gap_sum": float(gap.sum()), "gap_max": float(gap.max()) if gap.numel() else 0.0,
+             "weight_sum": float(w.sum()), "capped": float(over.sum()), "tokens": float(on.sum())}
+    return w, stats

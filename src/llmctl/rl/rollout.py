@@ -34,6 +34,9 @@ class Sample:
     correct: bool | None
     masked: bool  # out of the loss: truncated (mask mode) or unverifiable
     truncated: bool
+    # the engine's log p of each completion id as it sampled it (log softmax(z / T), Generation.policy_logprobs):
+    # what the trainer's own log-probs are compared with (the rollout/trainer gap, --is-correction)
+    rollout_logprobs: list[float]
     advantage: float = 0.0
     verifier_reward: float = 0.0  # the verifier's part of `reward`
     rm_score: float | None = None  # the reward model's score (rl --reward-model), before its coefficient
@@ -97,23 +100,30 @@ def sample_groups(engine: Engine, prompter: Prompter, prompts: list[dict], indic
             reward = 0.0 if (is_trunc and truncated == "zero") else reward
             completion = gen.ids + ([gen.stop_id] if gen.finish == "eos" else [])
             group.append(Sample(i, g, gen.prompt_ids, completion, gen.text, reward, verdict.correct, masked, is_trunc,
-                                verifier_reward=float(verdict.reward), rm_score=rm))
+                                list(gen.policy_logprobs), verifier_reward=float(verdict.reward), rm_score=rm))
         groups.append(group)
     return groups
 
 
-def sequence_batch(samples: list[Sample], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded (inputs, targets, response mask) for a list of samples: targets are the next
-    tokens, -100 outside the completion; the mask is 1 where a completion token is predicted."""
+def sequence_batch(samples: list[Sample], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (inputs, targets, response mask, rollout log-probs) for a list of samples:
+    targets are the next tokens, -100 outside the completion; the mask is 1 where a completion token
+    is predicted; the rollout log-probs (the engine's, float32) sit where their tokens are targets,
+    0 elsewhere."""
     seqs = [s.prompt_ids + s.completion_ids for s in samples]
     width = max(len(s) for s in seqs) - 1
     inputs = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     targets = torch.full((len(seqs), width), -100, dtype=torch.long)
+    rollout = torch.zeros((len(seqs), width), dtype=torch.float32)
     for r, (s, seq) in enumerate(zip(samples, seqs)):
+        if len(s.rollout_logprobs) != len(s.completion_ids):
+            raise ValueError(f"rl: a sample has {len(s.rollout_logprobs)} rollout log-probs for {len(s.completion_ids)} "
+                             "completion ids (the engine's policy_logprobs must align with them)")
         inputs[r, : len(seq) - 1] = torch.tensor(seq[:-1])
         start = len(s.prompt_ids) - 1  # logits at this position predict the first completion token
         targets[r, start : len(seq) - 1] = torch.tensor(seq[start + 1 :])
-    return inputs, targets, (targets != -100).float()
+        rollout[r, start : len(seq) - 1] = torch.tensor(s.rollout_logprobs, dtype=torch.float32)
+    return inputs, targets, (targets != -100).float(), rollout
 
 
 class RolloutWriter:

@@ -46,7 +46,8 @@ from llmctl.model.lora import LORA_FILE, adapters_off, attach, is_adapter
 from llmctl.tokenizer.vocab import Vocab
 from llmctl.rl.config import RLConfig
 from llmctl.rl.evaluate import HeldOut
-from llmctl.rl.grpo import advantages, aggregate, clipped_surrogate, kl_estimate, rloo_advantages
+from llmctl.rl.grpo import (advantages, aggregate, clipped_surrogate, importance_weights, kl_estimate, per_token_loss,
+                            rloo_advantages)
 from llmctl.rl.rollout import Prompter, RolloutWriter, Sample, row_seed, sample_groups, sequence_batch
 from llmctl.torchrt import distributed
 from llmctl.torchrt.alloc import keep_freed_memory
@@ -247,14 +248,18 @@ class RLTrainer:
             for s, v in zip(g, adv[k]):
                 s.advantage = 0.0 if s.masked else v
 
-    def _logps(self, model, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        inputs, targets, mask = sequence_batch(samples)
-        # the policy being optimized is the one that sampled: softmax(z / T), as TRL and verl do
-        logits = model(inputs.to(self.device)).float() / self.cfg.temperature
+    def _logps(self, model, samples: list[Sample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log-probs of the completion tokens, response mask, entropy, the engine's log-probs of the same tokens)."""
+        inputs, targets, mask, rollout = sequence_batch(samples)
+        # the policy being optimized is the one that sampled: softmax(z / T), as TRL and verl do, over the
+        # ids the engine samples from — the head's padding rows (model/config.py padded_vocab) are never
+        # sampled, and their share of a softmax over all rows (~0.4% in test_rl.py's tiny model) showed as
+        # a gap of ~4e-3 nats to the engine's log-probs
+        logits = model(inputs.to(self.device))[..., : model.cfg.vocab_size].float() / self.cfg.temperature
         logp_all = F.log_softmax(logits, -1)
         logp = logp_all.gather(-1, targets.clamp_min(0).to(self.device)[..., None])[..., 0]
         entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return logp, mask.to(self.device), entropy
+        return logp, mask.to(self.device), entropy, rollout.to(self.device)
 
     def _train(self, own: list[tuple[int, list[Sample]]], kept_table: np.ndarray) -> dict:
         """μ optimizer steps on the kept groups. The normalizers of --loss-agg are the global batch's
@@ -275,24 +280,34 @@ class RLTrainer:
                 ref = [self._logps(self.reference, samples[i : i + c.micro_batch])[0]
                        for i in range(0, len(samples), c.micro_batch)] if self.reference else None
         stats = {"clip_frac": 0.0, "ratio_gt2": 0.0, "kl_ref": 0.0, "entropy": 0.0}
+        gap = {"logprob_gap_mean": 0.0, "is_weight_mean": 0.0, "capped": 0.0}  # sums over the first pass, / n_tokens
+        gap_max = 0.0
         grad_norm = 0.0
         lr = set_lr(self.opt, self.lr())
         self.model.train()
-        for _ in range(c.epochs):
+        for epoch in range(c.epochs):
             for b, i in enumerate(range(0, len(samples), c.micro_batch)):
                 part = samples[i : i + c.micro_batch]
-                logp, mask, entropy = self._logps(self.model, part)
+                logp, mask, entropy, rollout_logp = self._logps(self.model, part)
                 adv = torch.tensor([s.advantage for s in part], device=self.device)[:, None]
                 old_logp = old[b] if old is not None else logp.detach()
                 # with --ratio-level sequence, zero_grad and ratio are the response's, at each of its tokens:
                 # clip_frac is then the share of tokens whose response was clipped
                 objective, zero_grad, ratio = clipped_surrogate(logp, old_logp, adv, c.clip_low, c.clip_high,
                                                                 c.ratio_level, mask)
-                per_token = -objective
-                if ref is not None:
-                    kl = kl_estimate(logp, ref[b], c.kl)
-                    per_token = per_token + c.kl_coef * kl
-                    stats["kl_ref"] += float((kl * mask).sum()) / n_tokens / c.epochs
+                # π_old is the policy that sampled, as the trainer computes it: its gap to the engine's log-probs,
+                # and (--is-correction) the weights of the policy-gradient term. π_old is the same in every pass:
+                # the gap is counted in the first
+                weight, ws = importance_weights(old_logp, rollout_logp, c.is_correction, c.is_cap, mask)
+                if epoch == 0:
+                    gap["logprob_gap_mean"] += ws["gap_sum"] / n_tokens
+                    gap["is_weight_mean"] += ws["weight_sum"] / n_tokens
+                    gap["capped"] += ws["capped"] / n_tokens
+                    gap_max = max(gap_max, ws["gap_max"])
+                kl = kl_estimate(logp, ref[b], c.kl) if ref is not None else None
+                if kl is not None:
+                    stats["kl_ref"] += float((kl.detach() * mask).sum()) / n_tokens / c.epochs
+                per_token = per_token_loss(objective, weight if c.is_correction != "none" else None, kl, c.kl_coef)
                 loss = aggregate(per_token, mask, c.loss_agg, n_seqs, n_tokens, c.max_new_tokens)
                 loss.backward()
                 stats["clip_frac"] += float((zero_grad * mask).sum()) / n_tokens / c.epochs
@@ -305,6 +320,12 @@ class RLTrainer:
                 self.opt.step()
             self.opt.zero_grad(set_to_none=True)
         stats = dict(zip(stats, distributed.all_reduce_sum(list(stats.values()), d)))
+        gap = dict(zip(gap, distributed.all_reduce_sum(list(gap.values()), d)))  # every rank's tokens: the batch's
+        stats["logprob_gap_mean"] = gap["logprob_gap_mean"]
+        stats["logprob_gap_max"] = distributed.all_reduce_max([gap_max], d)[0]
+        if c.is_correction != "none":
+            stats["is_weight_mean"] = gap["is_weight_mean"]
+            stats["is_truncated_frac" if c.is_correction == "tis" else "is_masked_frac"] = gap["capped"]
         stats["grad_norm"], stats["lr"] = grad_norm, lr
         stats["updates"] = c.epochs
         stats["trained_samples"], stats["trained_tokens"] = n_seqs, n_tokens
@@ -359,7 +380,7 @@ class RLTrainer:
             t3 = time.perf_counter()
             self.state["step"] += 1
             gen_tokens = info.pop("generated_tokens")
-            rec = {"step": self.state["step"], **{k: round(v, 6) if isinstance(v, float) else v for k, v in {**info, **stats}.items()},
+            rec = {"step": self.state["step"], **{k: _logged(v) for k, v in {**info, **stats}.items()},
                    "groups_trained": len(kept_table), "generate_s": round(t1 - t0, 3), "score_s": round(t2 - t1, 3),
                    "train_s": round(t3 - t2, 3), "tokens_per_s": round(gen_tokens / max(1e-9, t3 - t0), 1)}
             self.rollouts.write(sampled, self.state["step"])
@@ -380,6 +401,14 @@ class RLTrainer:
         self.run_dir.checkpoint(self.state["step"], self.model.cfg, state,
                                 {**self.state, "seed": self.cfg.seed}, optimizer_state=self.opt.state_dict(),
                                 tokenizer_file=self.tokenizer_file, keep_last=self.cfg.keep_checkpoints, extra_json=extra)
+
+
+def _logged(v):
+    """A metric as metrics.jsonl holds it: a float to 6 decimals, or to 6 significant digits below 1e-3
+    (the log-prob gap of an fp32 engine is ~1e-7, which 6 decimals would log as 0)."""
+    if not isinstance(v, float):
+        return v
+    return float(f"{v:.6g}") if abs(v) < 1e-3 else round(v, 6)
 
 
 def run_rl(init: str, prompts: str, out: Path, cfg: RLConfig, **kw) -> Manifest:

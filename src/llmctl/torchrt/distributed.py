@@ -75,6 +75,15 @@ def all_reduce_sum(values: list[float], d: Dist) -> list[float]:
     return t.tolist()
 
 
+def all_reduce_max(values: list[float], d: Dist) -> list[float]:
+    """The elementwise maximum over ranks (exact: a max rounds nothing)."""
+    if not d.enabled:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=d.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
 def all_reduce_grads(params: list[nn.Parameter], d: Dist) -> None:
     """Sum the parameters' gradients over ranks, in one flat buffer per dtype. A rank that did no
     backward (no samples this step) contributes zeros, so ranks may run different numbers of
