@@ -180,15 +180,16 @@ async def _disconnected(request: HttpRequest) -> None:
 
 
 async def _json_body(request: HttpRequest) -> dict:
-    if int(request.headers.get("content-length") or 0) > MAX_BODY:
-        raise ApiError(413, f"the request body is over {MAX_BODY >> 20} MiB")
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise ApiError(413, f"the request body is over {MAX_BODY >> 20} MiB")
+    """The body as a JSON object, read at most MAX_BODY bytes of it."""
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > MAX_BODY:
+            raise ApiError(413, f"the request body is over {MAX_BODY >> 20} MiB")
     try:
         value = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise protocol.bad(f"the request body is not valid JSON: {e}") from None
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError; nesting past the stack a RecursionError
+        raise protocol.bad(f"the request body is not valid JSON: {type(e).__name__}: {e}") from None
     if not isinstance(value, dict):
         raise protocol.bad("the request body must be a JSON object")
     return value

@@ -70,9 +70,10 @@ class Job:
 # -- fields ------------------------------------------------------------------------------------
 
 
-def _range(key: str, value, param: str | None = None) -> None:
+def _range(key: str, value, param: str | None = None, where: str | None = None) -> None:
+    """`value` in the range of `key` in bounds.py's "serve request" table, or a 400 naming `param`."""
     try:
-        check_value("serve request", key, value, param or key)
+        check_value("serve request", key, value, where or param or key)
     except UsageError as e:
         raise bad(str(e), param or key) from None
 
@@ -193,7 +194,7 @@ def completion_job(body: dict, served) -> Job:
     name = _model(body, served.name)
     _refuse_unsupported(body)
     prompts = _prompts(body.get("prompt"), served.vocab)
-    _range("prompts", len(prompts), "prompt")
+    _range("prompts", len(prompts), "prompt", "the number of prompts")
     logprobs = _int(body, "logprobs", None)
     if logprobs not in (None, 0):
         raise bad("logprobs: only 0 (each chosen token's own log-prob) is computed, not alternatives", "logprobs")
