@@ -386,6 +386,7 @@ COMMANDS = {
     ("rl",): ("RLConfig", ["RUN", "--prompts", "TASKS", "-o", "OUT"]),
     ("plan",): ("plan", ["--model", "tiny"]),
     ("best-of-n",): ("BestOfNConfig", ["RUN", "--prompts", "TASKS", "-o", "OUT"]),
+    ("serve",): ("serve", ["RUN"]),
 }
 RUN_CONTROL = {"workers", "shard_index", "num_shards", "cpus_per_task"}  # RunOptions validates them
 KEY = {("head",): {"n": "limit"}, ("train",): {"val_fraction": "sft"}}  # a parameter named otherwise than its field

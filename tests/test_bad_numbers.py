@@ -10,10 +10,15 @@ a signal below Python (a Rust panic, a SIGSEGV) would end the test run itself.""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
+import os
 import random
+import signal
+import sys
+import threading
 from collections import Counter
 
 import pyarrow as pa
@@ -95,6 +100,7 @@ def base_args(path: tuple[str, ...], t: dict, out) -> list:
         ("plan",): ["--model", "tiny"],
         ("decontam",): [docs, "--against", tasks, "-o", out, "--workers", "1"],
         ("generate",): [d / "run", "-p", "the river", "--max-new-tokens", "2"],
+        ("serve",): [d / "run"],
         ("rl",): [d / "run", "--prompts", tasks, "-o", out, "--steps", "1", "--prompts-per-step", "1", "-G", "2",
                   "--max-new-tokens", "2", "--headroom-limit", "0", "--device", "cpu"],
         ("filter", "run"): [docs, "-o", out, "--config", d / "filter.toml", "--annotate-only"],
@@ -162,13 +168,36 @@ def _check(r, path, p, value) -> str:
     return "usage"
 
 
+@contextlib.contextmanager
+def stopped_once_serving():
+    """`llmctl serve` given a port it admits (0: a free one) serves until a signal, as a server
+    does: SIGTERM once its "serving … on http://…" line is out, and it stops with exit 0."""
+    finished = threading.Event()
+
+    def watch():
+        while not finished.wait(0.05):
+            err = sys.stderr  # cli() has it redirected into a StringIO while the command runs
+            if " on http://" in getattr(err, "getvalue", str)():
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        watcher.join()
+
+
 @pytest.mark.parametrize("path", sorted(NUMERIC), ids=" ".join)
 def test_every_numeric_option_of_every_command(path, tiny, tmp_path):
     for p in NUMERIC[path]:
         for i, value in enumerate(VALUES):
             out = tmp_path / f"{p.name}-{i}"
             argv = [*path, *base_args(path, tiny, out), p.opts[0], value, *QUIET[path]]
-            r = cli(*argv, timeout=120)
+            with stopped_once_serving() if path == ("serve",) else contextlib.nullcontext():
+                r = cli(*argv, timeout=120)
             outcome = _check(r, path, p, value)
             TALLY[outcome] += 1
             if outcome == "usage" and path != ("inspect",) and "-o" in argv:

@@ -10,7 +10,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "llmctl"
 # top to bottom, as design.md §4 lists them; one row's rooms are peers that never import each other
 LAYERS = [
     ("errors", "hashing"), ("bounds",), ("config",), ("artifacts",), ("runtime",), ("tasks",), ("tokenizer",),
-    ("data",), ("model",), ("torchrt",), ("eval",), ("train",), ("rl",), ("plan",), ("report",), ("cli",),
+    ("data",), ("model",), ("torchrt",), ("eval",), ("train",), ("rl",), ("plan",), ("serve",), ("report",), ("cli",),
 ]
 RANK = {room: i for i, row in enumerate(LAYERS) for room in row} | {"": -1}  # "": the package's own __init__ (__version__)
 

@@ -3,7 +3,7 @@ error, one line, before any work starts).
 
 `config.build_config` applies it to each value a TOML file, `--set` or a flag gives a config
 dataclass, so a preset is held to the same ranges as the command line; the commands that take
-their numbers as plain flags (plan, generate, inspect, SFT's split) apply it with `check_flags`.
+their numbers as plain flags (plan, generate, inspect, serve, SFT's split) apply it with `check_flags`.
 A message names where the value came from (the flag, `--set train.lr`, or the file and key)
 and the range: `--checkpoint-every must be >= 1, got 0`.
 
@@ -182,6 +182,12 @@ BOUNDS: dict[str, dict[str, Bound]] = {
     "generate": {"n": at_least(1, flag="-n"), "max_new_tokens": COUNT, "temperature": NONNEG,
                  "top_k": NONNEG, "top_p": MASS, "seed": SEED},
     "inspect": {"samples": NONNEG},
+    # a TCP port is 16 bits; 0 asks the system for a free one (the "serving" line names it)
+    "serve": {"port": at_most(0, 65_535, "a TCP port is a 16-bit number; 0 picks a free one")},
+    # the fields of an OpenAI API request to `llmctl serve` (serve/protocol.py); sampling as generate's
+    "serve request": {"n": at_most(1, 128, "each sample is a row of the batch; past 128 one request crowds out the rest"),
+                      "prompts": at_most(1, 128, "each prompt is a request of its own; send more in more requests"),
+                      "max_tokens": COUNT, "temperature": NONNEG, "top_k": NONNEG, "top_p": MASS, "seed": SEED},
     # a bin is a bar in a PNG a few thousand pixels wide: past 10,000 they are not drawn apart
     "filter stats": {"bins": at_most(2, 10_000, "more bins than a plot can draw apart")},
     "RunOptions": {"workers": COUNT, "shard_index": NONNEG, "num_shards": COUNT, "cpus_per_task": POSITIVE},
