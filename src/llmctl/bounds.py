@@ -183,7 +183,8 @@ BOUNDS: dict[str, dict[str, Bound]] = {
                  "top_k": NONNEG, "top_p": MASS, "seed": SEED},
     "inspect": {"samples": NONNEG},
     # a TCP port is 16 bits; 0 asks the system for a free one (the "serving" line names it)
-    "serve": {"port": at_most(0, 65_535, "a TCP port is a 16-bit number; 0 picks a free one")},
+    "serve": {"port": at_most(0, 65_535, "a TCP port is a 16-bit number; 0 picks a free one"), "max_rows": COUNT,
+              "kv_tokens": NONNEG},
     # the fields of an OpenAI API request to `llmctl serve` (serve/protocol.py); sampling as generate's
     "serve request": {"n": at_most(1, 128, "each sample is a row of the batch; past 128 one request crowds out the rest"),
                       "prompts": at_most(1, 128, "each prompt is a request of its own; send more in more requests"),

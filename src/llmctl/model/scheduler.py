@@ -123,7 +123,7 @@ class Scheduler:
         if need > self.pool.max_blocks:
             raise UsageError(f"generation: a prompt of {len(tokens)} tokens plus {request.params.max_new_tokens} new ones "
                              f"needs {need * self.pool.block_size} KV tokens, over the budget of "
-                             f"{self.pool.max_blocks * self.pool.block_size} (--kv-tokens)")
+                             f"{self.pool.max_blocks * self.pool.block_size} tokens (EngineConfig.kv_tokens; serve --kv-tokens)")
         seqs = [Seq(request, i, s, tokens) for i, s in enumerate(request.seeds)]
         if seqs:
             self.waiting.append(Prefill(tokens, seqs))
@@ -276,10 +276,10 @@ class Scheduler:
 
     def _preempt(self) -> Seq:
         if not self.running:
-            raise UsageError("generation: the KV budget cannot hold one prompt (--kv-tokens)")
+            raise UsageError("generation: the KV budget cannot hold one prompt (EngineConfig.kv_tokens; serve --kv-tokens)")
         victim = max(self.running, key=lambda s: s.order)
         if len(self.running) == 1 and not victim.ids:
-            raise UsageError("generation: the KV budget cannot hold one sequence (--kv-tokens)")
+            raise UsageError("generation: the KV budget cannot hold one sequence (EngineConfig.kv_tokens; serve --kv-tokens)")
         self._free(victim)
         victim.length = 0
         self.waiting.appendleft(Prefill(victim.prompt_tokens + victim.ids, [victim]))

@@ -35,6 +35,9 @@ class ServeConfig:
     name: str | None = None  # the model's name in the API; None: the path as given
     weights: str = "auto"  # auto (a checkpoint's EMA weights where it has them), ema or raw
     device: str = "auto"
+    max_rows: int = 256  # sequences decoding at once at most (the engine's; vLLM's --max-num-seqs)
+    kv_tokens: int = 0  # the KV pool's budget in tokens; 0: a quarter of the memory, at most 2^18
+    dtype: str = "auto"  # the weights' precision while generating (EngineConfig.dtype)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -62,7 +65,7 @@ def serve(path: str | Path, cfg: ServeConfig, on_ready: Callable[[str, str], Non
           log: Callable[[str], None] = lambda message: None) -> int | None:
     """Serve the model at `path` until a stop signal; on_ready(name, url) once it takes requests.
     Returns the signal that stopped it."""
-    from llmctl.model.generate import Engine
+    from llmctl.model.generate import Engine, EngineConfig
     from llmctl.serve.app import build_app
     from llmctl.serve.model import load_served
     from llmctl.serve.worker import EngineWorker
@@ -71,7 +74,8 @@ def serve(path: str | Path, cfg: ServeConfig, on_ready: Callable[[str, str], Non
     worker = None
     try:
         served = load_served(path, cfg.name or str(path), cfg.weights, cfg.device)
-        engine = Engine.for_vocab(served.model, served.vocab, chat=served.chat is not None)
+        engine = Engine.for_vocab(served.model, served.vocab, chat=served.chat is not None,
+                                  config=EngineConfig(max_rows=cfg.max_rows, kv_tokens=cfg.kv_tokens, dtype=cfg.dtype))
         worker = EngineWorker(engine, log)
         worker.start()
         config = uvicorn.Config(build_app(served, worker, log), log_config=None, log_level="warning", access_log=False,
