@@ -237,7 +237,7 @@ def gen_child(spec_file: str) -> None:
     from tokenizers import Tokenizer
 
     from llmctl.model.load import load_model
-    from llmctl.model.generate import Engine, SamplingParams
+    from llmctl.model.generate import Engine, EngineConfig, SamplingParams
 
     model, ckpt = load_model(spec["ckpt"], "cpu")
     tok = Tokenizer.from_file(str(ckpt.tokenizer_file))
@@ -245,7 +245,7 @@ def gen_child(spec_file: str) -> None:
     decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
     eos = tok.token_to_id("<|endoftext|>") or 0
     # no stop ids and no stop strings: every row runs to max_new_tokens
-    engine = Engine(model, encode, decode, stop_ids=(), pad_id=eos, batch_size=len(spec["prompts"]))
+    engine = Engine(model, encode, decode, stop_ids=(), pad_id=eos, config=EngineConfig(max_rows=len(spec["prompts"])))
     params = SamplingParams(max_new_tokens=spec["new_tokens"], temperature=0.0, stop=())
     engine.generate(spec["prompts"], SamplingParams(max_new_tokens=4))  # warm-up: allocator, kernels
     engine.generate(spec["prompts"], SamplingParams(max_new_tokens=4), use_cache=False)

@@ -72,7 +72,7 @@ def main() -> None:
 
     items = [json.loads(line) for line in PROBLEMS.read_text().splitlines()[: args.limit]]
     prompts = [chat.prompt_ids([{"role": "user", "content": it["question"]}]) for it in items]
-    gens = Engine.for_vocab(ours, vocab, chat=True, batch_size=16).generate(prompts, SamplingParams(max_new_tokens=args.max_new_tokens))
+    gens = Engine.for_vocab(ours, vocab, chat=True).generate(prompts, SamplingParams(max_new_tokens=args.max_new_tokens))
     same_text = same_stop = hf_stopped = 0
     for p, g in zip(prompts, gens):
         x = torch.tensor([p])

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from conftest import llmctl, shared_file
 from llmctl.eval.score import argmax_first, encode_pair, normalized_scores, score_items
 from llmctl.model.config import ModelConfig
-from llmctl.model.generate import Engine, SamplingParams
+from llmctl.model.generate import Engine, EngineConfig, SamplingParams
 from llmctl.model.transformer import Transformer
 from test_train import SMALL, tokens  # noqa: F401  (the module fixture: a tokenizer and token splits)
 
@@ -58,7 +58,7 @@ def test_trailing_context_space_moves_to_the_continuation():
 
 
 def test_kv_cache_generation_equals_recomputation(model):
-    engine = Engine(model, encode, lambda ids: " ".join(map(str, ids)), stop_ids=(), pad_id=0, batch_size=3)
+    engine = Engine(model, encode, lambda ids: " ".join(map(str, ids)), stop_ids=(), pad_id=0, config=EngineConfig(max_rows=3))
     prompts = ["a", "The river runs", "xyz xyz xyz xyz", "Q"]
     for params in (SamplingParams(max_new_tokens=24), SamplingParams(max_new_tokens=24, temperature=0.9, top_k=20, top_p=0.9, seed=3)):
         cached = engine.generate(prompts, params)

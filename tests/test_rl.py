@@ -263,13 +263,13 @@ def test_per_row_seeds_make_a_sample_independent_of_its_batch():
     import torch
 
     from llmctl.model.config import ModelConfig
-    from llmctl.model.generate import Engine, SamplingParams
+    from llmctl.model.generate import Engine, EngineConfig, SamplingParams
     from llmctl.model.transformer import Transformer
 
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=64, n_layers=1, d_model=32, n_heads=2, max_seq_len=64)).eval()
     engine = Engine(model, lambda s: [ord(ch) % 64 for ch in s], lambda ids: " ".join(map(str, ids)), stop_ids=(),
-                    batch_size=4)
+                    config=EngineConfig(max_rows=4))
     prompts, seeds = ["ab", "a longer prompt", "xyz", "q", "hello"], [11, 12, 13, 14, 15]
     params = SamplingParams(max_new_tokens=10, temperature=1.0)
     whole = [g.ids for g in engine.generate(prompts, params, seeds=seeds)]

@@ -49,6 +49,7 @@ def rl(
     verifier_coef: Annotated[Optional[float], typer.Option("--verifier-coef", help="Weight of the verifier's reward (default 1; 0: the reward model alone, the verifier still measures accuracy).")] = None,
     unsafe_sandbox: Annotated[Optional[bool], typer.Option("--unsafe-sandbox", help="--verifier python on a host without Landlock or seccomp (or not Linux): run the code anyway, with what protection there is, instead of refusing.")] = None,
     recompute: Annotated[Optional[str], typer.Option("--recompute", help="Activation recomputation in the training forwards: none, selective or block (less memory, more time, the same results; see train --recompute).")] = None,
+    gen_dtype: Annotated[Optional[str], typer.Option("--gen-dtype", help="The rollout engine's weights: auto (the model's own on CPU, bfloat16 on a GPU), float32 or bfloat16 (faster on CPUs with AMX; log-probs then differ from the trainer's: see logprob_gap_mean).")] = None,
     weights: Annotated[Optional[str], typer.Option("--weights", help="The starting checkpoint's auto (its EMA weights where it has them), ema or raw weights.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Prompt order and sampling seed.")] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="auto, cpu or cuda.")] = None,
@@ -74,7 +75,7 @@ def rl(
                      ratio_level=ratio_level, headroom_limit=headroom_limit, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
                      epochs=epochs, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, unsafe_sandbox=unsafe_sandbox, seed=seed, device=device,
                      reward_model=reward_model, reward_model_coef=reward_model_coef, verifier_coef=verifier_coef,
-                     recompute=recompute, weights=weights, lora=lora_flags(lora_rank, lora_alpha, lora_dropout, lora_targets))
+                     recompute=recompute, gen_dtype=gen_dtype, weights=weights, lora=lora_flags(lora_rank, lora_alpha, lora_dropout, lora_targets))
     cfg = build_config(RLConfig, "rl", config, overrides)
     m = run_rl(checkpoint, prompts, Path(output), cfg, eval_file=eval_prompts, resume=resume, overwrite=overwrite,
                on_step=lambda rec: None if quiet else render.rl_step(rec, cfg.steps),

@@ -41,7 +41,7 @@ from llmctl.eval.loss import evaluate_loss, summarize, token_byte_lengths
 from llmctl.eval.metrics import majority_vote, pass_at_k, summarize_scores
 from llmctl.eval.score import METRIC_OF_NORM, argmax_first, encode_pair, normalized_scores, score_items
 from llmctl.eval.tasks import TaskSpec, gen_extract, gen_prompt, gen_stop, load_items, prompt_format
-from llmctl.model.generate import Engine, SamplingParams
+from llmctl.model.generate import Engine, EngineConfig, SamplingParams
 from llmctl.model.load import load_model
 from llmctl.tokenizer.vocab import Vocab
 from llmctl.runtime.progress import Progress
@@ -70,7 +70,7 @@ class EvalConfig:
     max_new_tokens: int = 256
     extract: str | None = None  # answer extraction: after_hash | last_number | boxed; None: the task family's rule
     pass_k: list[int] = field(default_factory=lambda: [1])
-    batch_size: int = 16  # sequences per generation batch
+    batch_size: int = 256  # sequences decoding at once at most (the engine's max_rows; its KV budget may hold fewer)
     device: str = "auto"
     weights: str = "auto"  # the checkpoint's EMA weights where it has them (auto), ema or raw
 
@@ -175,19 +175,16 @@ class Evaluator:
         scoring = GenScoring(extract=extract)
         params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k,
                                 top_p=c.top_p, seed=c.seed, stop=gen_stop(spec.kind))
-        engine = Engine.for_vocab(self.model, self.vocab, chat=self.chat is not None, batch_size=c.batch_size)
+        engine = Engine.for_vocab(self.model, self.vocab, chat=self.chat is not None, config=EngineConfig(max_rows=c.batch_size))
         if self.chat is not None:  # a chat checkpoint answers in the assistant turn and ends it with its turn end
             params.stop = ()
             prompts = [self.chat.prompt_ids(chat_messages(items, i, c.shots, c.seed)) for i in range(len(items))]
         else:
             prompts = [self.vocab.prompt_ids(gen_prompt(spec.kind, item, fewshot_prefix(items, i, c.shots, c.seed)))
                        for i, item in enumerate(items)]
-        self.progress.start(len(items), description=spec.name)
-        outputs = []
-        for i in range(0, len(prompts), c.batch_size):
-            chunk = [p for p in prompts[i : i + c.batch_size] for _ in range(c.samples)]
-            outputs += engine.generate(chunk, params)
-            self.progress.advance(min(c.batch_size, len(prompts) - i))
+        # every item at once: the engine batches them continuously, an item's samples share its prefill
+        self.progress.start(len(items) * c.samples, description=spec.name)
+        outputs = engine.generate([p for p in prompts for _ in range(c.samples)], params, on_done=self.progress.advance)
         self.progress.finish()
         samples, acc, truncated = [], [], 0
         pass_at = {k: [] for k in c.pass_k}

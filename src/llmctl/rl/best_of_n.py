@@ -53,7 +53,7 @@ class BestOfNConfig:
     verifier_coef: float = 1.0
     min_reward: float | None = None  # keep every completion at or above it (else the best one)
     limit: int | None = None  # the first N prompts only
-    gen_batch: int = 64  # sequences per generation batch
+    gen_batch: int = 256  # sequences decoding at once at most (the engine's max_rows)
     weights: str = "auto"  # which weights of the checkpoint: auto | ema | raw
     seed: int = 0
     device: str = "auto"
@@ -100,7 +100,7 @@ def select(groups: list[list[Scored]], min_reward: float | None) -> tuple[list[S
 def sample_policy(checkpoint: str, prompts_file: str, cfg: BestOfNConfig, progress: Progress) -> list[list[Scored]]:
     """n scored samples for each prompt of the file, from the checkpoint."""
     from llmctl.model.load import load_model
-    from llmctl.model.generate import SamplingParams
+    from llmctl.model.generate import EngineConfig, SamplingParams
     from llmctl.rl.rewards import make_verifier
     from llmctl.rl.rollout import Prompter, row_seed, sample_groups
     from llmctl.tasks import read_prompts
@@ -128,7 +128,7 @@ def sample_policy(checkpoint: str, prompts_file: str, cfg: BestOfNConfig, progre
         scorer = load_reward_model(cfg.reward_model, device)
     params = SamplingParams(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                             stop=prompter.stop)
-    engine = prompter.engine(model, cfg.gen_batch)
+    engine = prompter.engine(model, EngineConfig(max_rows=cfg.gen_batch))
     per_batch = max(1, cfg.gen_batch // cfg.n)
     groups: list[list[Scored]] = []
     progress.start(len(prompts), "prompts", f"best-of-{cfg.n}")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from llmctl.artifacts import checkpoint as ckpt_io
 from llmctl.errors import UsageError
-from llmctl.model.generate import SamplingParams
+from llmctl.model.generate import GEN_DTYPES, EngineConfig, SamplingParams
 from llmctl.model.lora import LoraConfig
 from llmctl.model.recompute import check_mode
 from llmctl.rl.grpo import ADV_ESTIMATORS, ADV_STD, KL, LOSS_AGG, RATIO_LEVELS
@@ -60,7 +60,8 @@ class RLConfig:
     micro_batch: int = 16  # sequences per training forward pass
     recompute: str = "none"  # activation recomputation in the training forwards: none | selective | block
     weights: str = "auto"  # which weights of the starting checkpoint: auto (its EMA where it has one) | ema | raw
-    gen_batch: int = 64  # sequences per generation batch
+    gen_batch: int = 256  # sequences decoding at once at most (the engine's max_rows; its KV budget may hold fewer)
+    gen_dtype: str = "auto"  # the rollout engine's weights: auto (the model's on CPU, bfloat16 on a GPU) | float32 | bfloat16
     eval_every: int = 10
     eval_limit: int = 100
     headroom_limit: int = 100  # held-out prompts sampled G times before step 0 (pass@1, pass@G, maj@G); 0: off
@@ -94,8 +95,13 @@ class RLConfig:
             self.lora.check()
             if self.lora.dropout > 0 and self.recompute != "none":
                 raise UsageError("rl: --lora-dropout with --recompute: recomputation does not replay dropout's random mask")
+        if self.gen_dtype not in GEN_DTYPES:
+            raise UsageError(f"rl: gen_dtype must be one of {', '.join(GEN_DTYPES)}, got {self.gen_dtype!r}")
         if self.weights not in ckpt_io.WEIGHTS:
             raise UsageError(f"rl: weights must be one of {', '.join(ckpt_io.WEIGHTS)}, got {self.weights!r}")
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(max_rows=self.gen_batch, dtype=self.gen_dtype)
 
     def sampling(self, stop: Sequence[str], greedy: bool = False) -> SamplingParams:
         """Generation settings: the rollouts' (and the headroom's) temperature and top-p, or greedy

@@ -70,7 +70,7 @@ class HeldOut:
         d, n = self.dist, len(self.prompts)
         lo, hi = _rank_slice(n, d)
         self.model.eval()
-        engine = self.prompter.engine(self.model, self.cfg.gen_batch)
+        engine = self.prompter.engine(self.model, self.cfg.engine_config())
         params = self.cfg.sampling(self.prompter.stop, greedy=True)
         part = self.prompts[lo:hi]
         gens = engine.generate([self.prompter.ids(p["prompt"]) for p in part], params) if part else []
@@ -96,7 +96,7 @@ class HeldOut:
         self.model.eval()
         params = c.sampling(self.prompter.stop)  # the rollouts' own
         seeds = [row_seed(c.seed, 0, i, HEADROOM_SEED_TAG) for i in range(lo, hi)]
-        groups = sample_groups(self.prompter.engine(self.model, c.gen_batch), self.prompter, self.prompts,
+        groups = sample_groups(self.prompter.engine(self.model, c.engine_config()), self.prompter, self.prompts,
                                list(range(lo, hi)), G, params, self.verifier, c.truncated, seeds) if hi > lo else []
         table = np.zeros((n, 3))
         for i, group in zip(range(lo, hi), groups):

@@ -12,14 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.errors import UsageError
-from llmctl.model.generate import Engine, Generation, SamplingParams
+from llmctl.model.generate import Engine, EngineConfig, Generation, SamplingParams, row_seed
 from llmctl.tasks.base import Family
 from llmctl.torchrt import distributed
 
@@ -59,8 +58,8 @@ class Prompter:
             return self.template.prompt_ids([{"role": "user", "content": prompt}])
         return self.vocab.prompt_ids(self.family.rl_plain_prompt(prompt))
 
-    def engine(self, model, batch_size: int) -> Engine:
-        return Engine.for_vocab(model, self.vocab, self.chat, batch_size)
+    def engine(self, model, config: EngineConfig) -> Engine:
+        return Engine.for_vocab(model, self.vocab, self.chat, config)
 
 
 def _one_family(families: Sequence[Family], source: str) -> Family:
@@ -69,11 +68,6 @@ def _one_family(families: Sequence[Family], source: str) -> Family:
         raise UsageError(f"rl: {source} holds prompts of {len(by_name)} task families ({', '.join(by_name)}); a checkpoint "
                          "without a chat template is given its family's plain prompt and stop strings, so one family per file")
     return next(iter(by_name.values()))
-
-
-def row_seed(*parts: int) -> int:
-    """A 64-bit generator seed mixed from non-negative integers (numpy's SeedSequence)."""
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, np.uint64)[0])
 
 
 def sample_groups(engine: Engine, prompter: Prompter, prompts: list[dict], indices: list[int], G: int,

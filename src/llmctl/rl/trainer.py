@@ -182,7 +182,7 @@ class RLTrainer:
         share = P // d.world
         lo = d.rank * share  # this rank's slots in every draw
         params = c.sampling(self.prompter.stop)
-        engine = self.prompter.engine(self.model, c.gen_batch)
+        engine = self.prompter.engine(self.model, c.engine_config())
         tables, mine, kept, zero_var = [], {}, [], 0
         self.model.eval()
         for draw in range(c.max_draws if c.dynamic_sampling else 1):
