@@ -14,11 +14,14 @@ replaces (commit d1115e8, TODAY below) and against transformers' `generate`.
             and its rows run to max_new), max_new 256, the demo tokenizer (same ids).
    Sides, each in its own child process (`--child SIDE`), interleaved (new, today…, hf, new, …),
    --repeat times per torch thread count, all 128 rows given to one call:
-     new       `Engine(model, …).generate(ids, params, seeds=…)` of this checkout (src/llmctl/model);
+     new       `Engine(model, …).generate(ids, params, seeds=…)` of this checkout (src/llmctl/model),
+               its default EngineConfig (fp32 on CPU); `new-bf16` (not in the default --sides): the
+               same with EngineConfig(dtype="bfloat16");
      today@B   the same call on `Engine(…, batch_size=B)` of d1115e8's src/llmctl/model/generate.py
                (read with `git show`, imported from its text at run time, on this checkout's
-               Transformer and weights): B = 16 (eval's and `llmctl generate`'s default) and 64
-               (rl's `gen_batch`, the arith preset's too);
+               Transformer and weights — so it also gets this checkout's decode attention, which
+               runs a KV head's query heads as rows: if anything, today is flattered): B = 16 (eval's
+               and `llmctl generate`'s default) and 64 (rl's `gen_batch`, the arith preset's too);
      hf        transformers `generate` on `llmctl export CKPT` (LlamaForCausalLM, fp32, sdpa), the
                same ids left-padded, do_sample, temperature 1, top_k 0, top_p 1, eos = the same stop
                ids, the head's padding rows suppressed.
@@ -26,7 +29,8 @@ replaces (commit d1115e8, TODAY below) and against transformers' `generate`.
    = sampled tokens, the stop token included (rl's completion_ids). new and today draw with the same
    per-row seeds (RowStreams), so their rows should match token for token: counted.
 2. **Peak KV memory** at G = 16 (16 prompts × 16 = 256 rows), max_new 1,024, temperature 1, the demo
-   model, lengths as sampled: the new engine's own `engine.stats["peak_kv_bytes"]`; today's
+   model, lengths as sampled: the new engine's own `engine.stats["peak_kv_bytes"]` (blocks in use)
+   and `kv_allocated_bytes` (the pool's storage, grown by doubling); today's
    allocation from d1115e8's KVCache shapes (its code runs each batch up to the allocation of its
    caches, then stops: KVCache(B, h_kv, padded prompt + max_new, d_h) × 2 × layers, which does not
    depend on what is sampled), at B = 16, 64 and all 256 rows at once.
@@ -82,17 +86,18 @@ def old_generate_module(path: str):
 
 def row_seeds(n_prompts: int, G: int) -> list[int]:
     """rl's per-sample seeds (rl/rollout.row_seed of the prompt's and the sample's index)."""
-    from llmctl.rl.rollout import row_seed
+    from llmctl.model.generate import row_seed
 
     return [row_seed(SEED, k, j) for k in range(n_prompts) for j in range(G)]
 
 
 def llmctl_engine(side: str, inp: dict, model, vocab):
     """The side's engine over the prompts' vocabulary (the demo tokenizer for both models)."""
-    if side == "new":
-        from llmctl.model.generate import Engine
+    if side.startswith("new"):
+        from llmctl.model.generate import Engine, EngineConfig
 
-        return Engine(model, vocab.encode, vocab.decode, inp["stop_ids"], pad_id=inp["pad_id"]), None
+        config = EngineConfig(dtype="bfloat16") if side == "new-bf16" else EngineConfig()
+        return Engine(model, vocab.encode, vocab.decode, inp["stop_ids"], pad_id=inp["pad_id"], config=config), None
     old = old_generate_module(inp["old_generate"])
     batch = int(side.split("@")[1]) if "@" in side else inp["rows"]
     return old.Engine(model, vocab.encode, vocab.decode, inp["stop_ids"], pad_id=inp["pad_id"], batch_size=batch), old
@@ -138,7 +143,7 @@ def child(side: str, inp: dict, threads: int) -> dict:
            "ended": sum(bool(o) and o[-1] in inp["stop_ids"] for o in out),
            "digests": [hashlib.sha1(json.dumps(o).encode()).hexdigest()[:12] for o in out],
            "threads": torch.get_num_threads(), "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    if side == "new" and inp["task"] == "kv-new":
+    if side.startswith("new") and inp["task"] == "kv-new":
         res["stats"] = {k: v for k, v in getattr(engine, "stats", {}).items() if isinstance(v, (int, float))}
     return res
 
@@ -282,9 +287,9 @@ def old_tree(arg: str | None, work: Path) -> Path:
 
 def side_names(spec: str) -> list[str]:
     sides = [s.strip() for s in spec.split(",") if s.strip()]
-    bad = [s for s in sides if s not in ("new", "hf") and not (s.startswith("today@") and s[6:].isdigit())]
-    if bad:
-        sys.exit(f"--sides: unknown {bad} (new, today@B, hf)")
+    bad = [s for s in sides if s not in ("new", "new-bf16", "hf") and not (s.startswith("today@") and s[6:].isdigit())]
+    if bad or "new" not in sides:
+        sys.exit(f"--sides: {bad or 'no new'} (new, new-bf16, today@B, hf; new is what the ratios divide)")
     return sides
 
 
@@ -385,8 +390,10 @@ def tokens_section(runs, workloads, threads, sides, G, n_prompts) -> tuple[str, 
     for name, _ckpt, _hf, max_new in workloads:
         head = ["| threads | side | **tokens/s** (median) | s (median) | run by run, tokens/s | tokens | rows ended by the stop id | mean length | peak RSS MiB |",
                 "|---|---|---|---|---|---|---|---|---|"]
-        ratio = ["| threads | " + " | ".join(f"**new ÷ {s}**" for s in sides if s != "new") + " | rows identical, new vs today (same seeds) |",
-                 "|---|" + "---|" * (len(sides) - 1) + "---|"]
+        ours = [s for s in sides if s.startswith("new")]
+        peers = [s for s in sides if s not in ours]
+        ratio = ["| threads | engine | " + " | ".join(f"**÷ {s}**" for s in peers) + " | rows identical to today's (same seeds) |",
+                 "|---|---|" + "---|" * len(peers) + "---|"]
         for t in threads:
             tps = {}
             for side in sides:
@@ -398,16 +405,18 @@ def tokens_section(runs, workloads, threads, sides, G, n_prompts) -> tuple[str, 
                 head.append(f"| {t} | {side} | **{tps[side]:,.0f}** | {med(r['wall'] for r in rs):.2f} | {', '.join(f'{x:,.0f}' for x in per)} | "
                             f"{med(r['tokens'] for r in rs):,.0f} | {med(r['ended'] for r in rs):.0f}/{rs[0]['rows']} | "
                             f"{med(statistics.fmean(r['lengths']) for r in rs):.1f} | {med(r['maxrss_mb'] for r in rs):,.0f} |")
-            if "new" in tps:
-                cells = [f"**{tps['new'] / tps[s]:.2f}×**" if s in tps else "n/a" for s in sides if s != "new"]
-                new0 = runs[(name, t, "new")][0]["digests"]
-                same = [f"{s}: {sum(a == b for a, b in zip(new0, runs[(name, t, s)][0]['digests']))}/{len(new0)}"
-                        for s in sides if s.startswith("today") and (name, t, s) in runs]
-                ratio.append(f"| {t} | " + " | ".join(cells) + f" | {', '.join(same) or 'n/a'} |")
-                for s in sides:
-                    if s != "new" and s in tps:
-                        r = tps["new"] / tps[s]
-                        verdicts.append(f"{name}, {t} thread{'s' * (t > 1)}, new ÷ {s} = {r:.2f}× ({'met' if r >= 3 else 'missed'})")
+            for o in ours:
+                if o not in tps:
+                    continue
+                cells = [f"**{tps[o] / tps[s]:.2f}×**" if s in tps else "n/a" for s in peers]
+                mine = runs[(name, t, o)][0]["digests"]
+                same = [f"{s}: {sum(a == b for a, b in zip(mine, runs[(name, t, s)][0]['digests']))}/{len(mine)}"
+                        for s in peers if s.startswith("today") and (name, t, s) in runs]
+                ratio.append(f"| {t} | {o} | " + " | ".join(cells) + f" | {', '.join(same) or 'n/a'} |")
+                for s in peers:
+                    if s in tps:
+                        r = tps[o] / tps[s]
+                        verdicts.append(f"{name}, {t} thread{'s' * (t > 1)}: {o} ÷ {s} = {r:.2f}× ({'met' if r >= 3 else 'missed'})")
         lines.append(f"**{name}** — max_new {max_new}, {n_prompts} prompts × G = {G} = {n_prompts * G} rows, temperature 1:\n\n"
                      + "\n".join(head) + "\n\n" + "\n".join(ratio))
     return "\n\n".join(lines), verdicts
@@ -420,8 +429,11 @@ def kv_section(kv: dict) -> str:
     all_live = (kv["prompt_tokens"] + sum(lengths)) * bpt  # every row in flight at once, nothing shared
     shared = (kv["prompt_tokens"] // kv["G"] + sum(lengths)) * bpt  # the same, each prompt's KV held once
     peak = new.get("stats", {}).get("peak_kv_bytes")
-    rows = ["| engine | KV memory at its peak | ÷ new |", "|---|---|---|"]
-    rows.append(f"| new (`engine.stats['peak_kv_bytes']`) | **{mib(peak)}** | 1 |")
+    storage = new.get("stats", {}).get("kv_allocated_bytes")
+    rows = ["| engine | KV memory at its peak | ÷ new (blocks in use) |", "|---|---|---|"]
+    rows.append(f"| new: blocks in use (`engine.stats['peak_kv_bytes']`) | **{mib(peak)}** | 1 |")
+    if storage is not None:
+        rows.append(f"| new: the pool's storage (`kv_allocated_bytes`: grown by doubling) | {mib(storage)} | {storage / peak:.1f}× |")
     for b, a in sorted(today["alloc"].items(), key=lambda kv_: int(kv_[0])):
         label = {16: "eval's and `llmctl generate`'s batch", 64: "rl's gen_batch"}.get(int(b), "all rows in one batch")
         rows.append(f"| today, batch {b} ({label}; {a['batches']} batches) | {mib(a['peak'])} | "
@@ -549,9 +561,10 @@ def main() -> None:
                f"1-min load average {load_before:.2f} before / {load_after:.2f} after, {total_min:.1f} min in all. llmctl "
                f"{v['llmctl']}, torch {v['torch']}, transformers {v['transformers']}. New = this checkout's engine; today = "
                f"{OLD_COMMIT}'s model/generate.py on the same Transformer; hf = transformers `generate` on `llmctl export`. "
-               f"SFT model `{ckpt}`; " + "; ".join(made) + ". Each side in its own child process, interleaved, "
-               f"{args.repeat}× per thread count; tokens/s = sampled tokens (stop token included) ÷ the `generate` call's wall "
-               f"time; ratios of the medians. Goal (issue 33): new ≥ 3× today and ≥ 3× transformers.\n\n"
+               f"SFT model `{ckpt}`" + "".join(f"; {m}" for m in made) + ". Tokens/s: each side in its own child process, "
+               f"interleaved, {args.repeat}× per thread count; tokens/s = sampled tokens (stop token included) ÷ the `generate` "
+               f"call's wall time (model loaded, after a 2-row warm-up call); ratios of the medians. Goal (issue 33): new ≥ 3× "
+               f"today and ≥ 3× transformers. The script's docstring has the details.\n\n"
                + "\n\n".join(sections)
                + ("\n\n" + "\n".join(f"- {x}" for x in verdicts) if verdicts else "")
                + ("\n\nChecks:\n\n" + "\n".join(f"- {x}" for x in checks) if checks else "") + "\n")

@@ -243,10 +243,11 @@ def trl_child(hf_dir: str, prompts_file: str, out: str, steps: int, per_step: in
 PROFILE_PARTS = [
     # (key, label, top level of a step?)
     ("generate", "Engine.generate (all of rollout sampling)", True),
-    ("prefill", "  prefill forward", False),
-    ("decode", "  decode forwards (1 token each, KV cache)", False),
-    ("sample", "  sampling: softmax + draw (`Engine._sample`)", False),
-    ("rows", "  per-row bookkeeping (`_RowState.append`)", False),
+    ("prefill", "  prefill forwards (`Scheduler._forward` in `_prefill`: a prompt once for its G rows)", False),
+    ("decode", "  decode forwards (`Scheduler._forward` in `_decode`: 1 token a running row, paged KV)", False),
+    ("sample", "  sampling: softmax + draw + per-row bookkeeping (`Scheduler._sample`)", False),
+    ("rows", "    of which per-row bookkeeping (`Scheduler._accept`)", False),
+    ("sched", "  the rest: admission, block tables, masks", False),
     ("verify", "verifier (math)", True),
     ("train", "`RLTrainer._train`", True),
     ("old_logps", "  old log-probs: a no-grad forward over the batch", False),
@@ -264,7 +265,7 @@ def profile_child(ckpt: str, prompts_file: str, out: str, argv_json: str, result
 
     from llmctl import cli
     from llmctl.model import generate as gen_mod
-    from llmctl.model.transformer import Transformer
+    from llmctl.model.scheduler import Scheduler
     from llmctl.rl import rewards, rollout, trainer as tr
 
     acc: dict[str, list[float]] = {k: [0.0, 0.0] for k, *_ in PROFILE_PARTS}
@@ -303,9 +304,22 @@ def profile_child(ckpt: str, prompts_file: str, out: str, argv_json: str, result
             add("generate", c0)
 
     gen_mod.Engine.generate = generate
-    wrap(Transformer, "forward", pick=lambda self, x, *a, **kw: (("decode" if x.shape[1] == 1 else "prefill") if state["in_gen"] else None))
-    wrap(gen_mod.Engine, "_sample", "sample")
-    wrap(gen_mod._RowState, "append", "rows")
+    def phase(name):
+        orig = getattr(Scheduler, name)
+
+        def wrapper(*a, **kw):
+            state["phase"] = name.strip("_")
+            try:
+                return orig(*a, **kw)
+            finally:
+                state["phase"] = None
+        setattr(Scheduler, name, wrapper)
+
+    phase("_prefill")
+    phase("_decode")
+    wrap(Scheduler, "_forward", pick=lambda *a, **kw: state.get("phase"))
+    wrap(Scheduler, "_sample", "sample")
+    wrap(Scheduler, "_accept", "rows")
     wrap(rewards.Verifier, "verify", "verify")
     wrap(tr.RLTrainer, "_train", "train")
     wrap(tr.RLTrainer, "_logps", pick=lambda *a, **kw: "fwd" if torch.is_grad_enabled() else "old_logps")
@@ -333,6 +347,7 @@ def profile_child(ckpt: str, prompts_file: str, out: str, argv_json: str, result
     except SystemExit as e:
         if e.code:
             raise
+    acc["sched"] = [acc["generate"][i] - acc["prefill"][i] - acc["decode"][i] - acc["sample"][i] for i in (0, 1)]
     Path(result).write_text(json.dumps({"steps": state["steps"], "total": state["step_total"], "parts": acc,
                                         "threads": torch.get_num_threads()}))
 
@@ -596,7 +611,7 @@ def reading_notes(stats, profiles, others: float) -> str:
             f"**Threads.** With 2 torch threads TRL's generation takes {b2['generate_s']:.2f} s a step against {b1['generate_s']:.2f} s "
             f"with 1: transformers' decode loop runs hundreds of tiny ops per token on 2 OpenMP threads, and on a shared "
             f"machine (here other processes held {others:.0%} of the cores, median over the runs) a descheduled thread stalls every op. "
-            f"llmctl's engine decodes on one thread when the model is this small (`SMALL_DECODE_WORK` in "
+            f"llmctl's engine runs a forward on one thread when the model and the forward are this small (`Engine.threads_for`, "
             f"model/generate.py): its generation takes {a2['generate_s']:.2f} s vs {a1['generate_s']:.2f} s; its training phase uses "
             f"both threads: {a2['train_s']:.2f} s vs {a1['train_s']:.2f} s (TRL's: {b2['train_s']:.2f} s vs {b1['train_s']:.2f} s). "
             f"On a loaded machine the 2-thread ratio measures the load as much as the code; the 1-thread rows are the "
@@ -604,15 +619,16 @@ def reading_notes(stats, profiles, others: float) -> str:
         gen = b1["generate_s"] / a1["generate_s"]
         parity = "at parity" if 0.8 <= gen <= 1.25 else ("faster in llmctl" if gen > 1 else "slower in llmctl")
         notes.append(
-            f"**Where the 1-thread margin comes from.** Generation is {parity} ({gen:.2f}×; both sample every completion "
-            f"with a KV cache and their decode forwards do the same work; TRL samples with `torch.multinomial`, llmctl by "
-            f"inverse CDF from one counter-based random stream per sample (`RowStreams`, one vectorized draw per token for "
-            f"all rows), which rl needs so a sample does not depend on its rank or batch). "
+            f"**Where the 1-thread margin comes from.** Generation is {parity} ({gen:.2f}×; TRL's `model.generate` prefills "
+            f"each of a prompt's {G} copies and computes every row until the longest ends; llmctl's engine prefills a prompt "
+            f"once for its {G} samples and decodes only the rows still running (continuous batching over a paged KV pool); "
+            f"TRL samples with `torch.multinomial`, llmctl by inverse CDF from one counter-based random stream per sample, "
+            f"which rl needs so a sample does not depend on its rank or batch). "
             f"The train phase: {b1['train_s'] / a1['train_s']:.2f}×. llmctl drops the masked "
             f"(truncated) completions from the batch — {a1['trained']:.0f} of {b1['trained']:.0f} sequences trained at the median — "
             f"while TRL forwards and backpropagates all of them with a zero mask; per sequence forwarded llmctl is "
-            f"{1000 * a1['train_s'] / a1['trained']:.0f} ms vs TRL's {1000 * b1['train_s'] / b1['trained']:.0f} ms, though it also runs a "
-            f"no-grad forward for the old log-probs that TRL skips at μ = 1. So the ratio moves with the truncation rate: "
+            f"{1000 * a1['train_s'] / a1['trained']:.0f} ms vs TRL's {1000 * b1['train_s'] / b1['trained']:.0f} ms (at μ = 1 neither "
+            f"runs a separate forward for the old log-probs). So the ratio moves with the truncation rate: "
             f"with fewer truncated completions it falls toward the per-sequence ratio.")
     if profiles.get(1):
         pr = profiles[1]
