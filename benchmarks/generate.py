@@ -550,7 +550,7 @@ def main() -> None:
             eruns = measure_eval(args, ckpt, old, threads, work)
             md, c = eval_section(eruns, threads)
             checks += c
-            sections.append(f"### eval, whole process\n\n`llmctl {' '.join(eval_argv('CKPT', Path('OUT'), 'greedy', args.eval_limit))}` "
+            sections.append(f"### eval, whole process\n\n`llmctl {' '.join(eval_argv('CKPT', Path('OUT'), 'greedy', args.eval_limit)).replace(str(REPO) + '/', '')}` "
                             f"and the same with `{' '.join(EVAL_MODES['pass@k'])}`"
                             + (f" `--limit {args.passk_limit}`" if args.passk_limit else "")
                             + f"; today = d1115e8's tree (`{old}`), its own PYTHONPATH, run from there.\n\n" + md)

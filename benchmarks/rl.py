@@ -715,7 +715,8 @@ def report(S: Setting, args, runs, profiles, pc, mc, trl_ids_ok, n_trl_ids, thre
     checks = [
         ("prompt ids: llmctl's chat template vs TRL's tokenizer call on the rendered text, all prompts", f"{'yes' if pc['same'] == pc['n'] else '**NO**'} ({pc['same']}/{pc['n']})"),
         ("prompt ids TRL actually generated from (captured in `_tokenize_prompts`) ∈ llmctl's", f"{'yes' if trl_ids_ok else '**NO**'} ({n_trl_ids} prompts)"),
-        ("the same prompts at every step (TRL's rows in llmctl's order, `shuffle_dataset=False`)", pc["same_order"]),
+        ("TRL's prompts at each step = llmctl's at the same positions of its prompt order (TRL's rows in that order, "
+         "`shuffle_dataset=False`; without dynamic sampling: the same prompts at every step)", pc["same_order"]),
         ("llmctl's resolved config (its config.json) = the settings given to TRL" + (" (TRL's group std has Bessel's correction, the preset's has none)" if S.adv_std == "group" else ""), pc["config"]),
         ("same tokenizer.json (checkpoint vs export)", "yes" if pc["tokenizer_files_equal"] else "**NO**"),
         (f"max abs logit difference, llmctl model vs exported LlamaForCausalLM ({mc['prompts']} prompts, fp32)", f"{mc['max_abs_logit_diff']:.1e}"),
