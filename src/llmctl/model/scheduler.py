@@ -195,21 +195,20 @@ class Scheduler:
     def _prefill(self, groups: list[Prefill], updates: list[Update]) -> None:
         pool, bs = self.pool, self.pool.block_size
         B, T = len(groups), max(len(g.tokens) - g.start for g in groups)
-        L = max(len(g.tokens) for g in groups)
+        width = max(len(g.table) for g in groups)
         tokens = torch.full((B, T), self.engine.pad_id, dtype=torch.long)
         positions = torch.zeros((B, T), dtype=torch.long)  # a padded query sits at 0 and sees key 0 alone
         write = torch.zeros(B * T, dtype=torch.long)  # padding writes to block 0, never handed out
-        read = torch.zeros((B, L), dtype=torch.long)
+        table = torch.tensor([g.table + [0] * (width - len(g.table)) for g in groups])
         last = torch.zeros(B, dtype=torch.long)
         for r, g in enumerate(groups):
             n = len(g.tokens) - g.start
             tokens[r, :n] = torch.tensor(g.tokens[g.start :])
             positions[r, :n] = torch.arange(g.start, len(g.tokens))
             write[r * T : r * T + n] = torch.tensor(pool.slots(g.table, g.start, len(g.tokens)))
-            read[r, : len(g.tokens)] = torch.tensor(pool.slots(g.table, 0, len(g.tokens)))
             last[r] = n - 1
-        mask = (torch.arange(L)[None, None, :] <= positions[:, :, None])[:, None]
-        logits = self._forward(tokens, positions, write, read, mask, last)
+        mask = (torch.arange(width * bs)[None, None, :] <= positions[:, :, None])[:, None]
+        logits = self._forward(tokens, positions, write, table, mask, last)
         rows, row_logits = [], []
         for r, g in enumerate(groups):
             key = ()
@@ -239,13 +238,10 @@ class Scheduler:
         lengths = torch.tensor([s.length for s in seqs])
         width = max(len(s.blocks) for s in seqs)
         table = torch.tensor([s.blocks + [0] * (width - len(s.blocks)) for s in seqs])
-        L = int(lengths.max()) + 1
-        j = torch.arange(L)
-        read = table[:, j // bs] * bs + j % bs
-        write = read[torch.arange(B), lengths]
+        write = table[torch.arange(B), lengths // bs] * bs + lengths % bs
         tokens = torch.tensor([[s.ids[-1]] for s in seqs])
-        mask = (j[None, :] <= lengths[:, None])[:, None, None]
-        logits = self._forward(tokens, lengths[:, None], write, read, mask, torch.zeros(B, dtype=torch.long))
+        mask = (torch.arange(width * bs)[None, :] <= lengths[:, None])[:, None, None]
+        logits = self._forward(tokens, lengths[:, None], write, table, mask, torch.zeros(B, dtype=torch.long))
         for s in seqs:
             s.length += 1
         self.stats["decode_steps"] += 1
@@ -292,11 +288,12 @@ class Scheduler:
         s.blocks = []
         self.running.remove(s)
 
-    def _forward(self, tokens, positions, write, read, mask, last) -> torch.Tensor:
+    def _forward(self, tokens, positions, write, table, mask, last) -> torch.Tensor:
         """Last-position logits (B, vocab) of one forward over the pool; the head runs on those rows only."""
         dev, model = self.device, self.model
         self._threads(tokens.numel())
-        caches = [PagedCache(self.pool, i, write.to(dev), read.to(dev)) for i in range(model.cfg.n_layers)]
+        write, table = write.to(dev), table.to(dev)
+        caches = [PagedCache(self.pool, i, write, table) for i in range(model.cfg.n_layers)]
         h = model.hidden(tokens.to(dev), caches=caches, mask=mask.to(dev), positions=positions.to(dev))
         h = h[torch.arange(h.shape[0], device=dev), last.to(dev)]
         return model.head(h)[:, : self.engine.vocab].float().cpu()
