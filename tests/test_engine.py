@@ -167,3 +167,26 @@ def test_requests_arriving_mid_flight_and_aborts(model):
     assert [done[k].ids for k in [("a", 0), ("a", 1), ("a", 2), ("b", 0)]] == [g.ids for g in offline]
     assert all(streamed[k] == done[k].ids for k in done)  # the streamed tokens are the row's, each once
     assert s.pool.in_use == len(s.pool.cached)  # only the prefix cache still holds blocks
+
+
+def test_nucleus_without_a_full_sort_keeps_what_the_sorted_definition_keeps():
+    """filter_logits looks for a row's nucleus among its top 32 / 256 tokens before sorting it whole:
+    the kept set is the sorted definition's (Holtzman et al. 2020), computed exactly (float64), for
+    peaked and flat rows alike, with top-k before it."""
+    from llmctl.model.sampling import filter_logits
+
+    torch.manual_seed(0)
+    for scale in (0.2, 1.0, 4.0, 12.0):  # flat rows need the full sort, peaked ones the top 32
+        x = torch.randn(40, 600) * scale
+        for k, p in ((0, 0.9), (0, 0.5), (25, 0.95), (300, 0.99), (5, 1.0)):
+            got = filter_logits(x, torch.full((40,), k), torch.full((40,), p)) > float("-inf")
+            z = x.double()
+            if k:
+                z = z.masked_fill(z < torch.topk(z, k, dim=-1).values[:, -1:], float("-inf"))
+            ranked, order = torch.sort(z, descending=True, dim=-1)
+            probs = ranked.softmax(-1)
+            kept_sorted = (probs.cumsum(-1) - probs < p) & (ranked > float("-inf")) if p < 1 else ranked > float("-inf")
+            want = torch.zeros_like(got).scatter(-1, order, kept_sorted)
+            assert torch.equal(got, want), (scale, k, p)
+    mixed = filter_logits(x, torch.tensor([0, 3] * 20), torch.tensor([0.9, 1.0] * 20))  # each row its own settings
+    assert torch.equal(mixed[1::2] > float("-inf"), filter_logits(x[1::2], torch.full((20,), 3), torch.ones(20)) > float("-inf"))
