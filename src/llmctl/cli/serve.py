@@ -40,7 +40,8 @@ def serve(
     quiet, _ = flags(quiet, False)
     cfg = ServeConfig(host=host, port=port, name=served_model_name, weights=weights, device=device, max_rows=max_rows,
                       kv_tokens=kv_tokens, dtype=dtype)
-    stopped = run(checkpoint, cfg, on_ready=lambda name, url: render.plain(f"serving {name} on {url}"),
+    # soft_wrap: the line is never folded at the terminal's width (a URL cut in two is no URL)
+    stopped = run(checkpoint, cfg, on_ready=lambda name, url: render.plain(f"serving {name} on {url}", soft_wrap=True),
                   log=(lambda message: None) if quiet else render.plain)
     if stopped is not None and not quiet:
         render.plain(f"stopped ({signal.Signals(stopped).name})")
