@@ -30,15 +30,18 @@ __all__ = ["Engine", "EngineConfig", "Generation", "RowStreams", "SamplingParams
 SMALL_WORK = 2e8  # parameters × tokens per forward below which a CPU forward runs on one thread
 
 
+def small_cpu_forward(model, tokens: int) -> bool:
+    """A forward over `tokens` tokens of `model` that one CPU thread runs faster than several."""
+    return next(model.parameters()).device.type == "cpu" and model.cfg.n_params() * tokens < SMALL_WORK
+
+
 class cpu_threads_for:
     """One CPU thread while a small model runs small forwards (decode steps, scoring batches):
     the threads' synchronization then costs more than the work, and on a loaded machine a
     descheduled thread stalls every op — measured 20× slower with 2 threads under load."""
 
     def __init__(self, model, tokens_per_forward: int):
-        device = next(model.parameters()).device
-        small = model.cfg.n_params() * tokens_per_forward < SMALL_WORK
-        self.n = 1 if device.type == "cpu" and small else None
+        self.n = 1 if small_cpu_forward(model, tokens_per_forward) else None
         self.old = None
 
     def __enter__(self):
@@ -90,8 +93,7 @@ class Engine:
 
     def threads_for(self, tokens: int) -> int:
         """CPU threads for a forward over `tokens` tokens (cpu_threads_for's rule)."""
-        small = self.device.type == "cpu" and self.model.cfg.n_params() * tokens < SMALL_WORK
-        return 1 if small else self.max_threads
+        return 1 if small_cpu_forward(self.model, tokens) else self.max_threads
 
     def generate(self, prompts: Sequence[str | list[int]], params: SamplingParams, use_cache: bool = True,
                  seeds: Sequence[int] | None = None, on_done: Callable[[int], None] | None = None) -> list[Generation]:

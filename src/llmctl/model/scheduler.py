@@ -87,6 +87,15 @@ class Prefill:
     table: list[int] = field(default_factory=list)
 
 
+def prefix_keys(tokens: list[int], block_size: int, blocks: int):
+    """The prefix-cache keys of a prompt's first `blocks` full blocks: (parent key, the block's tokens),
+    so a key names the whole token prefix up to its block's end."""
+    key = ()
+    for j in range(blocks):
+        key = (key, tuple(tokens[j * block_size : (j + 1) * block_size]))
+        yield key
+
+
 def default_kv_tokens(bytes_per_token: int, device) -> int:
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
@@ -173,9 +182,8 @@ class Scheduler:
     def _place(self, g: Prefill) -> None:
         """The prompt's blocks: a run of full blocks from the prefix cache, then fresh ones (at least
         its last token is computed: its logits are the first draw's)."""
-        pool, bs, key = self.pool, self.pool.block_size, ()
-        for j in range((len(g.tokens) - 1) // bs):
-            key = (key, tuple(g.tokens[j * bs : (j + 1) * bs]))
+        pool, bs = self.pool, self.pool.block_size
+        for key in prefix_keys(g.tokens, bs, (len(g.tokens) - 1) // bs):
             block = pool.lookup(key)
             if block is None:
                 break
@@ -211,9 +219,8 @@ class Scheduler:
         logits = self._forward(tokens, positions, write, table, mask, last)
         rows, row_logits = [], []
         for r, g in enumerate(groups):
-            key = ()
-            for j in range(len(g.tokens) // bs):  # the prompt's full blocks serve later prompts that share them
-                key = (key, tuple(g.tokens[j * bs : (j + 1) * bs]))
+            # the prompt's full blocks serve later prompts that share them
+            for j, key in enumerate(prefix_keys(g.tokens, bs, len(g.tokens) // bs)):
                 pool.remember(key, g.table[j])
             for i, s in enumerate(g.seqs):
                 s.blocks = g.table if i == 0 else [pool.share(b) for b in g.table]
