@@ -44,7 +44,7 @@ def eval_run(
     top_k: Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")] = 0,
     top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (1 = off).")] = 1.0,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Generation budget per answer; answers that hit it are counted as truncated.")] = 256,
-    extract: Annotated[Optional[str], typer.Option("--extract", help="Answer extraction: after_hash (GSM8K '####'), last_number, boxed. Default: the task family's rule (boxed for math, after_hash otherwise).")] = None,
+    extract: Annotated[Optional[str], typer.Option("--extract", help="The strict answer rule (acc, well_formed): after_hash (GSM8K '####'), last_number, boxed. Default: the task family's (boxed for math, after_hash otherwise). acc_flexible is always lm-eval's flexible-extract (the last number).")] = None,
     pass_k: Annotated[Optional[list[int]], typer.Option("--pass-k", help="Report unbiased pass@k (k ≤ --samples). Repeatable.")] = None,
     batch_tokens: Annotated[int, typer.Option("--batch-tokens", help="Tokens per scoring forward pass.")] = 4096,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
