@@ -260,3 +260,26 @@ def test_pass_at_k_curves_of_two_runs_cross_where_the_counts_say(tiny, monkeypat
     assert c["curve"][1]["diff"]["z"] < -2  # B's lead at k = 2 is real
     text = compare_on_80_columns(tmp_path / "a", tmp_path / "b")
     assert "pass@k: gsm8k:sums" in text and "changes sign at k = 2" in " ".join(text.split())  # the legend wraps
+
+
+def test_results_written_before_the_counts_compare_without_a_split(tmp_path):
+    """An eval folder from before eval counted flexible and well-formed answers: compare gives the
+    headline as before, no split, and the pass@k curves from the counts it had."""
+    import pyarrow as pa
+
+    from llmctl.artifacts.manifest import Manifest, write_manifest
+
+    for name, correct in (("a", [3, 0, 2, 1]), ("b", [1, 1, 1, 1])):
+        d = tmp_path / name
+        d.mkdir()
+        rows = [{"task": "gsm8k:t", "item": i, "score": c / 3, "correct": c, "samples": 3} for i, c in enumerate(correct)]
+        rows.append({"task": "mc:m", "item": 0, "score": 1.0})  # another kind's row: no counts
+        rows.append({"task": "mc:m", "item": 1, "score": 0.0})
+        pq.write_table(pa.Table.from_pylist(rows), d / "samples.parquet")
+        (d / "results.json").write_text(json.dumps({"tasks": {"gsm8k:t": {"headline": "acc"}, "mc:m": {"headline": "acc_norm"}}}))
+        write_manifest(d, Manifest(kind="eval", stage="eval"))
+    gen, mc = compare_results(tmp_path / "a", tmp_path / "b")["tasks"]
+    assert gen["task"] == "gsm8k:t" and gen["split"] is None and mc["split"] is None and mc["pass_at_k"] is None
+    c = gen["pass_at_k"]
+    assert c["K"] == 3 and [p["a"]["mean"] for p in c["curve"]] == pytest.approx([0.5, (1 + 0 + 1 + 2 / 3) / 4, 0.75])
+    assert [p["b"]["mean"] for p in c["curve"]] == pytest.approx([1 / 3, 2 / 3, 1.0]) and c["cross_k"] == 3

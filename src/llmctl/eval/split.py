@@ -34,7 +34,6 @@ from llmctl.eval.metrics import paired_gap, pass_at_k, summarize_scores
 
 Z95 = 1.96
 GEN_COLUMNS = ("task", "item", "samples", "correct", "correct_flexible", "well_formed")
-SPLIT_PARTS = ("format", "content", "strict_given_format")
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,8 @@ def gain_split(a: dict[int, Counts], b: dict[int, Counts]) -> dict | None:
         "format": paired([a[i].well_formed / a[i].samples for i in common], [b[i].well_formed / b[i].samples for i in common]),
         "content": paired([a[i].correct_flexible / a[i].samples for i in common],
                           [b[i].correct_flexible / b[i].samples for i in common]),
-        "strict_given_format": paired([a[i].correct / a[i].well_formed for i in formed], [b[i].correct / b[i].well_formed for i in formed]),
+        "strict_given_format": paired([a[i].correct / a[i].well_formed for i in formed],
+                                      [b[i].correct / b[i].well_formed for i in formed]),
     }
 
 
