@@ -82,7 +82,9 @@ def eval_compare(
     metric: Annotated[Optional[str], typer.Option("--metric", help="Compare this per-item score (acc, acc_norm, acc_per_token, acc_pmi) on the tasks that have it, instead of each task's headline.")] = None,
     json_: Json = False,
 ) -> None:
-    """Paired difference A − B per task: its SE, z, 95% interval, and the questions needed to detect it."""
+    """Paired difference A − B per task: its SE, z, 95% interval, and the questions needed to detect it.
+
+    Generative tasks: also A − B split into format (the well-formed share) and content (flexible accuracy; strict accuracy among well-formed answers), and with -n K in both runs the pass@k curves of both and where they cross."""
     from llmctl.eval.compare import compare_results
 
     r = compare_results(a, b, metric)
