@@ -281,7 +281,7 @@ def _gain_split(task: str, split: dict) -> None:
 
 
 def _pass_curves(task: str, curves: dict) -> None:
-    """pass@k of A and B at k = 1, 2, 4, 8, … up to K, and at K and where A − B changes sign; --json has every k."""
+    """pass@k of A and B at the powers of 2 below K, at K and at the k where A − B changes sign (--json: every k)."""
     K, cross = curves["K"], curves["cross_k"]
     shown = sorted({k for k in (2 ** j for j in range(K.bit_length())) if k <= K} | {K} | ({cross} if cross else set()))
 

@@ -188,8 +188,10 @@ class GenScoring:
       training rewards and eval scores come from one checker (spec 001-posttrain-rl §A5). An
       answer it finds makes the generation *well-formed*;
     - ``flexible``: lm-evaluation-harness's GSM8K `flexible-extract`, the last number-like string
-      (`flexible_extract`), whatever the ending: a content score that ignores the format. It reads
-      numbers only, so an answer that is not one (MATH's \\frac{\\pi}{2}) it never gets right."""
+      (`flexible_extract`), whatever the answer line looks like: a score blind to the answer
+      format, though not to the ending (a last line that ends in another number is read as that
+      number). It reads numbers only, so an answer that is not one (MATH's \\frac{\\pi}{2}) it
+      never gets right."""
     extract: str = "after_hash"  # after_hash | last_number | boxed
 
     def strict(self, text: str) -> str | None:
