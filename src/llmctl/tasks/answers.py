@@ -184,9 +184,9 @@ class GenScoring:
     """A generation read two ways (spec 001-data-eval §A10), each canonical:
 
     - ``strict``: the task family's rule alone (``extract``: after_hash for GSM8K's '#### n',
-      boxed for MATH's \\boxed{}), read by `math_answer` as rl's `math` verifier reads it, so
-      training rewards and eval scores come from one checker (spec 001-posttrain-rl §A5). An
-      answer it finds makes the generation *well-formed*;
+      boxed for MATH's \\boxed{}), read by `math_answer`, the reader rl's `math` verifier calls
+      too (one checker for training and eval, spec 001-posttrain-rl §A5; the verifier tries
+      after_hash, boxed, then last_number). An answer it finds makes the generation *well-formed*;
     - ``flexible``: lm-evaluation-harness's GSM8K `flexible-extract`, the last number-like string
       (`flexible_extract`), whatever the answer line looks like: a score blind to the answer
       format, though not to the ending (a last line that ends in another number is read as that
