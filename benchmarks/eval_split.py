@@ -22,7 +22,9 @@ process, no model: both tools read the same strings.
 Completions: each --evals folder's samples.parquet (the first sample's `completion` of every
 generative item; the references from the task file its results.json names, resolved against the
 folder's checkout, i.e. OUT/../../..), and the reference solutions of --gsm8k themselves (GSM8K
-test: 1,319 texts that end in '#### n', the format models trained on GSM8K write). Per set:
+test: 1,319 texts that end in '#### n', the format models trained on GSM8K write), once whole and
+once with the '#### n' line cut (a worked solution with no answer line: what flexible-extract is
+for). Per set:
 items on which the two tools agree on well-formed (strict-match finds a number / after_hash an
 answer), strict correctness, the flexible string (character for character) and flexible
 correctness; each tool's three scores; and every disagreement, with its text.
@@ -45,7 +47,7 @@ from common import REPO, cpu_name, write_results  # noqa: E402
 
 sys.path.insert(0, str(REPO / "src"))  # this checkout's llmctl, not whichever the venv installed
 
-from llmctl.tasks.answers import GenScoring, flexible_extract  # noqa: E402
+from llmctl.tasks.answers import GenScoring, canonical_number, flexible_extract  # noqa: E402
 from llmctl.tasks.gsm8k import item as gsm8k_item  # noqa: E402
 
 INVALID = "[invalid]"  # lm-eval's RegexFilter fallback
@@ -102,6 +104,13 @@ def llmctl_side(completions: list[str], references: list[str]) -> list[dict]:
     return out
 
 
+def spelling(h: dict, reference: str) -> bool:
+    """lm-eval's exact_match calls wrong an answer that is the target's number spelled another way
+    ("16.00" for 16): it compares strings, llmctl canonical numbers."""
+    target = canonical_number(reference.split("####")[-1])
+    return any(got != INVALID and not em and canonical_number(got) == target for got, em in h.values())
+
+
 def agreement(completions: list[str], references: list[str]) -> dict:
     h, m = lm_eval_side(completions, references), llmctl_side(completions, references)
     n = len(completions)
@@ -112,7 +121,7 @@ def agreement(completions: list[str], references: list[str]) -> dict:
         "flexible correct": lambda x, y: x["flexible-extract"][1] == y["flexible"],
     }
     same = {k: sum(f(x, y) for x, y in zip(h, m)) for k, f in checks.items()}
-    differ = [{"i": i, "completion": completions[i], "lm_eval": h[i], "llmctl": m[i]}
+    differ = [{"i": i, "completion": completions[i], "lm_eval": h[i], "llmctl": m[i], "spelling": spelling(h[i], references[i])}
               for i in range(n) if not all(f(h[i], m[i]) for f in checks.values())]
     scores = {"lm-eval": {"acc (strict-match)": sum(x["strict-match"][1] for x in h) / n,
                           "acc_flexible (flexible-extract)": sum(x["flexible-extract"][1] for x in h) / n,
@@ -144,6 +153,25 @@ def eval_completions(folder: Path) -> tuple[list[str], list[str], str]:
     return completions, references, ", ".join(files)
 
 
+def split_table(names: tuple[str, str], reads: tuple[list[dict], list[dict]]) -> str:
+    """What `llmctl eval compare A B` reports for the gain of the second eval over the first
+    (eval/split.py), from the per-item counts llmctl's reading gives their completions."""
+    from llmctl.eval.split import Counts, gain_split
+
+    a, b = ({i: Counts(1, x["strict"], x["flexible"], int(x["well_formed"])) for i, x in enumerate(r)} for r in reversed(reads))
+    rows = "".join(f"| {part} | {p['n']} | {p['mean_a']:.4f} | {p['mean_b']:.4f} | {p['diff']:+.4f} | "
+                   f"[{p['ci_low']:+.4f}, {p['ci_high']:+.4f}] | {p['z']:.2f} |\n" for part, p in gain_split(a, b).items())
+    rescued = {n: sum(x["flexible"] - x["strict"] for x in r) for n, r in zip(names, reads)}
+    return (f"The gain split of {names[1]} over {names[0]} (A = {names[1]}, B = {names[0]}; `eval/split.gain_split` on these "
+            "completions, as `llmctl eval compare A B` reports it for evals that carry the counts):\n\n"
+            "| part | n | A | B | A − B | 95% interval | z |\n|---|---|---|---|---|---|---|\n" + rows +
+            "\nItems flexible-extract scores right minus items strict scores right: "
+            + ", ".join(f"{n} {k:+d}" for n, k in rescued.items())
+            + (". None: flexible rescues no answer that strict misses (the answers without '#### n' end in a number that "
+               "is not the answer), so here the flexible gain carries the change of ending as much as the strict one; "
+               "`strict_given_format` is the part no change of ending can move.\n" if not any(rescued.values()) else ".\n"))
+
+
 def freeze(path: Path) -> None:
     """Write lm-eval's extractions and exact_match verdicts into each fixture line."""
     lines = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
@@ -166,12 +194,17 @@ def report(sets: list[tuple[str, str, dict]], version: str) -> str:
         for name, _, r in sets for k in r["scores"]["lm-eval"])
     differ = []
     for name, _, r in sets:
-        for d in r["differ"][:10]:
+        if r["differ"]:
+            k = sum(d["spelling"] for d in r["differ"])
+            differ.append(f"- {name}: {len(r['differ'])} item(s); in {k} of them lm-eval's answer is the target's number "
+                          "spelled another way (\"16.00\" for 16), which its exact_match (a string comparison) calls "
+                          "wrong and llmctl (canonical numbers) right")
+        for d in r["differ"][:3]:
             text = json.dumps(d["completion"][-90:], ensure_ascii=False)
             differ.append(f"- {name} #{d['i']}: …{text}: lm-eval strict {d['lm_eval']['strict-match']}, flexible "
                           f"{d['lm_eval']['flexible-extract']}; llmctl {d['llmctl']}")
-        if len(r["differ"]) > 10:
-            differ.append(f"- {name}: {len(r['differ']) - 10} more")
+        if len(r["differ"]) > 3:
+            differ.append(f"- {name}: {len(r['differ']) - 3} more like these")
     sources = "; ".join(f"{name}: {src}" for name, src, _ in sets)
     return (f"## eval split\n\n`.venv-bench/bin/python benchmarks/eval_split.py {' '.join(sys.argv[1:])}` — "
             f"{datetime.date.today()}, {cpu_name()}; lm-eval {version}, its gsm8k task's own filters and exact_match "
@@ -191,15 +224,20 @@ def main() -> None:
     args = ap.parse_args()
     if args.freeze:
         return freeze(Path(args.freeze))
-    sets = []
+    sets, reads = [], []
     for folder in map(Path, args.evals):
         completions, references, src = eval_completions(folder)
         sets.append((folder.name, f"`{folder}` ({src})", agreement(completions, references)))
+        reads.append(llmctl_side(completions, references))
     if args.gsm8k:
         records = [json.loads(ln) for ln in Path(args.gsm8k).read_text().splitlines() if ln.strip()]
         refs = [r["answer"] for r in records]
         sets.append(("gsm8k references", f"`{args.gsm8k}`, each reference solution read as a completion", agreement(refs, refs)))
+        cut = [r.rsplit("####", 1)[0].rstrip() for r in refs]  # the worked solution without its answer line
+        sets.append(("gsm8k references, '#### n' cut", "the same solutions without their last line", agreement(cut, refs)))
     section = report(sets, harness()[0])
+    if len(args.evals) == 2 and len(reads[0]) == len(reads[1]):
+        section += "\n" + split_table((Path(args.evals[0]).name, Path(args.evals[1]).name), (reads[0], reads[1]))
     print(section)
     if not args.no_write:
         write_results("eval split", section)
