@@ -13,9 +13,9 @@ task files:
    config this script writes: `output_type: multiple_choice`, `target_delimiter: ""`) and through
    `llmctl eval run -t mc:FILE`; per item, the option each side picks with acc and with acc_norm
    (llmctl uses the harness's names: acc = sum of log-probs, acc_norm = per character). Then the first --gen-limit GSM8K problems, greedy, the same
-   stop strings and max new tokens, through a `generate_until` task with two regex filters (the
-   number after '####', else the last number) and through `llmctl eval run -t gsm8k:FILE`: per
-   item, the completion text and the extracted answer.
+   stop strings and max new tokens, through a `generate_until` task with lm-eval's two gsm8k regex
+   filters (strict-match: the number after '#### '; flexible-extract: the last number) and through
+   `llmctl eval run -t gsm8k:FILE`: per item, the completion text and both extracted answers.
 2. speed on the multiple-choice file: each side in its own child process, interleaved, --repeat
    times, medians, once per --mc-threads setting (each tool's default threads; both pinned to one);
    timed inside the process around the scoring (harness: `HFLM.loglikelihood`; llmctl:
@@ -53,8 +53,8 @@ FALLBACK_GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 
 GSM8K_PROMPT = "Question: {question}\nAnswer:"  # llmctl's GSM8K prompt (eval/tasks.py), written out here
 STOP = ["\n\nQuestion:", "Question:", "\n\n"]  # llmctl's GSM8K stop strings (eval/tasks.py GSM8K_STOP)
-STRICT = r"#### (\-?[0-9\.\,]+)"  # the harness's own gsm8k strict-match pattern
-LAST_NUMBER = r"(?:(?<![\w.])-)?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?"  # a '-' glued to a word or digit is an operator
+STRICT = r"#### (\-?[0-9\.\,]+)"  # the harness's own gsm8k strict-match pattern (lm_eval/tasks/gsm8k/gsm8k.yaml)
+FLEXIBLE = r"(-?[$0-9.,]{2,})|(-?[0-9]+)"  # its flexible-extract pattern, group_select -1 (the last match)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,8 +124,8 @@ def harness_tasks(folder: str, mc: str, gsm: str, max_gen_toks: int) -> None:
         "doc_to_target": "{{answer.split('####')[-1].strip()}}",
         "generation_kwargs": {"until": STOP, "do_sample": False, "temperature": 0.0, "max_gen_toks": max_gen_toks},
         "filter_list": [
-            {"name": "after-hash", "filter": [{"function": "regex", "regex_pattern": STRICT}, {"function": "take_first"}]},
-            {"name": "last-number", "filter": [{"function": "regex", "regex_pattern": LAST_NUMBER, "group_select": -1}, {"function": "take_first"}]},
+            {"name": "strict-match", "filter": [{"function": "regex", "regex_pattern": STRICT}, {"function": "take_first"}]},
+            {"name": "flexible-extract", "filter": [{"function": "regex", "regex_pattern": FLEXIBLE, "group_select": -1}, {"function": "take_first"}]},
         ],
         "metric_list": [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True, "regexes_to_ignore": [",", "\\$", "\\.$"]}],
     }
@@ -444,8 +444,9 @@ def canonical(s: str | None) -> str | None:
 
 
 def compare_gen(h: dict, lm_rows: list[dict], lm_res: dict, gsm: str) -> dict:
-    """Per item: the prompt, the completion, the extracted answer (harness: the after-hash
-    filter's number, else the last-number filter's) and whether it is right."""
+    """Per item: the prompt, the completion, the extracted answers (harness: its strict-match
+    filter's number against llmctl's strict `prediction`, its flexible-extract's against
+    `prediction_flexible`) and whether the strict one is right (llmctl's `acc`)."""
     by = {}
     for s in h["samples"]:
         by.setdefault(s["doc_id"], {})[s["filter"]] = s
@@ -453,17 +454,18 @@ def compare_gen(h: dict, lm_rows: list[dict], lm_res: dict, gsm: str) -> dict:
     out = {"n": len(docs), "same_prompt": 0, "same_completion": 0, "same_answer": 0, "h_correct": 0, "differ": [], "finish": {}}
     for i, (doc, row) in enumerate(zip(docs, lm_rows)):
         f = by[i]
-        prompt = f["after-hash"]["arguments"][0][0]
-        completion = f["after-hash"]["resps"][0][0]
-        strict, flexible = f["after-hash"]["filtered_resps"][0], f["last-number"]["filtered_resps"][0]
-        answer = canonical(strict if strict != "[invalid]" else flexible)
+        prompt = f["strict-match"]["arguments"][0][0]
+        completion = f["strict-match"]["resps"][0][0]
+        strict, flexible = f["strict-match"]["filtered_resps"][0], f["flexible-extract"]["filtered_resps"][0]
+        answer = canonical(strict)
         target = canonical(doc["answer"].split("####")[-1])
         out["h_correct"] += answer == target
         out["same_prompt"] += prompt == GSM8K_PROMPT.format(question=doc["question"])
         out["same_completion"] += completion == row["completion"]
-        out["same_answer"] += answer == row["prediction"]
+        same = answer == row["prediction"] and canonical(flexible) == row["prediction_flexible"]
+        out["same_answer"] += same
         out["finish"][row["finish"]] = out["finish"].get(row["finish"], 0) + 1
-        if answer != row["prediction"] or completion != row["completion"]:
+        if not same or completion != row["completion"]:
             k = next((j for j, (a, b) in enumerate(zip(completion, row["completion"])) if a != b), min(len(completion), len(row["completion"])))
             out["differ"].append({"item": i, "harness": answer, "llmctl": row["prediction"], "at_char": k,
                                   "h_text": completion[max(0, k - 30) : k + 40], "l_text": row["completion"][max(0, k - 30) : k + 40]})
@@ -701,10 +703,10 @@ every Hugging Face cache in the temporary folder. llmctl is byte-compiled first,
 choices carry their leading space), metrics acc and acc_norm; `bench_gsm8k` (`generate_until`,
 `doc_to_text: "Question: {{{{question}}}}\\nAnswer:"`, `until` = llmctl's stop strings
 `{json.dumps(STOP)}` (the harness adds its EOS), `do_sample: false`, `max_gen_toks: {args.max_gen_toks}`, two regex
-filters: the harness's strict `{STRICT}` and the last number `{LAST_NUMBER}`; the answer
-is the first filter's, else the second's, canonicalized by this script). llmctl: `llmctl eval run CKPT
--t mc:FILE` and `-t gsm8k:FILE --max-new-tokens {args.max_gen_toks}` (0 shots, greedy, `--extract after_hash`,
-else the last number), per item from `samples.parquet`. The harness's GSM8K run uses one torch thread
+filters, lm-eval's own gsm8k ones: strict-match `{STRICT}` and flexible-extract `{FLEXIBLE}` (the last match),
+each canonicalized by this script). llmctl: `llmctl eval run CKPT
+-t mc:FILE` and `-t gsm8k:FILE --max-new-tokens {args.max_gen_toks}` (0 shots, greedy; strict `after_hash` alone,
+flexible the flexible-extract pattern), per item from `samples.parquet`: an item agrees when both answers do. The harness's GSM8K run uses one torch thread
 (llmctl's engine picks one for a model this small; with 2 on this loaded machine an HF decode step took
 ~0.7 s). Target: the same decision on every item — multiple choice {verdict(mc_ok)}, GSM8K {verdict(gen_ok)}.
 

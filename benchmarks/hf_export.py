@@ -126,7 +126,7 @@ def main() -> None:
     scoring = GenScoring(extract="after_hash")
     target = [it["answer"].split("####")[-1].strip() for it in items]
     same = sum(harness[i].strip() == r["completion"].strip() for i, r in enumerate(ours_rows))
-    acc_h = sum(scoring.answer(harness[i]) == scoring.answer("#### " + target[i]) for i in range(n)) / n
+    acc_h = sum(scoring.strict(harness[i]) == scoring.strict("#### " + target[i]) for i in range(n)) / n
     acc_l = sum(r["correct"] > 0 for r in ours_rows) / n
     rows.append(("lm-eval apply_chat_template=True: completions equal to llmctl eval's", f"{same}/{n}"))
     rows.append(("accuracy, llmctl's answer rule: lm-eval on the export / llmctl eval", f"{acc_h:.3f} / {acc_l:.3f}"))

@@ -98,7 +98,7 @@ def test_eval_cli_reports_scores_with_intervals(run, tokens, tmp_path):  # noqa:
     a = mc["metrics"]["acc_norm"]
     assert a["interval"] == "wilson" and a["ci_low"] <= a["mean"] <= a["ci_high"]
     gen = res["tasks"]["gsm8k:sums"]
-    assert gen["headline"] == "acc" and set(gen["metrics"]) == {"acc"}
+    assert gen["headline"] == "acc" and set(gen["metrics"]) == {"acc", "acc_flexible", "well_formed"}
     assert gen["reporting"]["decoding"]["temperature"] == 0 and gen["reporting"]["truncated_generations"] >= 0
     assert res["tasks"]["loss:val"]["headline"] == "bits_per_byte"
     assert 0 < res["tasks"][f"loss:val"]["metrics"]["bits_per_byte"]["mean"] < 8

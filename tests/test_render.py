@@ -110,8 +110,11 @@ def test_eval_results_table(screen):
                                            "metrics": {m: score(0.3127, 10_042, 0.0046, 0.3036, 0.3218)
                                                        for m in ("acc", "acc_norm", "acc_per_token", "acc_pmi")}},
         "gsm8k:test": {"n": 1_319, "headline": "acc",
-                       "metrics": {"acc": score(0.0432, 1_319, 0.0041, 0.0352, 0.0512), "pass@1": score(0.0432, 1_319, 0.0041, 0.0352, 0.0512),
-                                   "pass@8": score(0.1871, 1_319, 0.0101, 0.1673, 0.2069), "maj@16": score(0.0607, 1_319, 0.0066, 0.0478, 0.0736)}},
+                       "metrics": {"acc": score(0.0432, 1_319, 0.0041, 0.0352, 0.0512), "acc_flexible": score(0.0912, 1_319, 0.0079, 0.0757, 0.1067),
+                                   "well_formed": score(0.4412, 1_319, 0.0137, 0.4144, 0.4680),
+                                   "pass@1": score(0.0432, 1_319, 0.0041, 0.0352, 0.0512), "pass@8": score(0.1871, 1_319, 0.0101, 0.1673, 0.2069),
+                                   "pass@1_flexible": score(0.0912, 1_319, 0.0079, 0.0757, 0.1067),
+                                   "pass@8_flexible": score(0.3120, 1_319, 0.0128, 0.2869, 0.3371), "maj@16": score(0.0607, 1_319, 0.0066, 0.0478, 0.0736)}},
         "mc:cloze": {"n": 40, "headline": "acc_norm",
                      "metrics": {"acc": score(0.3, 40, 0.0725, 0.1807, 0.4543, "wilson"), "acc_norm": score(0.2, 40, 0.0632, 0.1050, 0.3476, "wilson"),
                                  "acc_per_token": score(0.275, 40, 0.0706, 0.1611, 0.4284, "wilson")}},
@@ -119,7 +122,7 @@ def test_eval_results_table(screen):
     }}
     render.eval_results(results, 1234.5)
     text = check(screen, "acc_norm *", "acc_per_token", "bits_per_byte *", "[0.3036, 0.3218]", "95% interval", "15.8853",
-                 "n = 10,042", "lm-eval's acc_norm")
+                 "n = 10,042", "lm-eval's acc_norm", "pass@8_flexible", "well_formed", "flexible-extract")
     assert "acc_per_token *" not in text and "headline" in text
 
 
@@ -135,6 +138,27 @@ def test_eval_compare_tables(screen):
     render.eval_compare(r, "out/demo/eval-rl", LONG_OUT + "/eval-sft")
     check(screen, "questions", "to detect", "61,204", "[-0.0095, +0.0027]", "+0.3334", "10,042", "bits_per_byte",
           "A − B", "only in B")
+
+
+def test_eval_compare_split_and_pass_at_k_tables(screen):
+    def paired(n, a, b, se):
+        return {"n": n, "mean_a": a, "mean_b": b, "diff": a - b, "se": se, "z": (a - b) / se, "ci_low": a - b - 1.96 * se,
+                "ci_high": a - b + 1.96 * se}
+
+    def score(mean, se):
+        return {"n": 1_319, "mean": mean, "se": se, "ci_low": mean - 1.96 * se, "ci_high": mean + 1.96 * se, "interval": "wald"}
+
+    curve = [{"k": k, "a": score(0.72 + 0.2 * (1 - 1 / k), 0.012), "b": score(0.3433 + 0.6 * (1 - 1 / k), 0.013),
+              "diff": paired(1_319, 0.72 + 0.2 * (1 - 1 / k), 0.3433 + 0.6 * (1 - 1 / k), 0.0131)} for k in range(1, 33)]
+    t = {"task": "gsm8k:gsm8k_test_with_a_long_name", "metric": "acc", "n": 1_319, "only_a": 0, "only_b": 0, "mean_a": 0.72,
+         "mean_b": 0.3433, "diff": 0.3767, "se": 0.0281, "z": 13.4, "ci_low": 0.3216, "ci_high": 0.4318, "questions_needed": 42,
+         "split": {"format": paired(1_319, 0.9871, 0.4412, 0.0139), "content": paired(1_319, 0.7301, 0.6023, 0.0166),
+                   "strict_given_format": paired(581, 0.7285, 0.7005, 0.0213)},
+         "pass_at_k": {"K": 32, "n": 1_319, "curve": curve, "cross_k": 18}}
+    render.eval_compare({"tasks": [t]}, "out/demo/eval-rl", LONG_OUT + "/eval-sft")
+    text = check(screen, "what A − B is made of", "strict | wf", "[+0.5187, +0.5731]", "pass@k", "A [95%]",
+                 "0.720 [0.696, 0.744]", "18 ×", "+0.5459")
+    assert "changes sign at k = 18" in " ".join(text.split())
 
 
 def test_rl_step_lines(screen):

@@ -28,8 +28,8 @@ from llmctl.tasks.answers import GenScoring, math_answer
 
 # Test helpers that lived in rl/rewards.py, which no command used
 def from_scoring(scoring: GenScoring) -> MathVerifier:
-    """A math verifier with the same rules as an eval ``GenScoring`` (main rule, then its fallback)."""
-    return MathVerifier(tuple(r for r in (scoring.extract, scoring.fallback) if r))
+    """A math verifier with eval's strict rule (``GenScoring.extract`` alone)."""
+    return MathVerifier((scoring.extract,))
 
 
 def verify_many(verifier, completions, references, workers: int = 1) -> list[Verdict]:
@@ -83,7 +83,8 @@ def test_math_rule_order_and_no_answer_and_unusable_reference():
     text = "\\boxed{7} and later 9"
     assert MathVerifier().answer(text) == "7"  # after_hash, boxed, last_number
     assert MathVerifier(("last_number",)).answer(text) == "9"
-    assert from_scoring(GenScoring()).answer(text) == GenScoring().answer(text) == "9"  # eval's rules
+    boxed = GenScoring(extract="boxed")
+    assert from_scoring(boxed).answer(text) == boxed.strict(text) == "7" and GenScoring().strict(text) is None  # eval's strict rule
     assert MathVerifier().answer("#### 3/4") == "0.75" and MathVerifier().answer("x \\boxed{\\frac{1}{3}}") == "1/3"
     none = make_verifier("math").verify("I do not know.", "#### 5")
     assert none == Verdict(0.0, False, False, none.detail) and "no answer" in none.detail

@@ -56,8 +56,8 @@ def test_eval_reads_math_with_boxed_answers(math_file):
     scoring = GenScoring(extract=family.extract)
     completions = ["So the sum is $\\boxed{\\dfrac{1}{2}}$.", "That gives \\boxed{10}.", "The answer is \\boxed{\\text{(C)}}.",
                    "x = 3, so \\boxed{3}", "\\boxed{1024}"]
-    assert [scoring.answer(c) for c in completions] == [i.target for i in items]
-    assert scoring.answer("\\boxed{\\frac{1}{3}}") != items[0].target
+    assert [scoring.strict(c) for c in completions] == [i.target for i in items]
+    assert scoring.strict("\\boxed{\\frac{1}{3}}") != items[0].target
     bad = math_file.with_name("bad.jsonl")
     bad.write_text(json.dumps({"problem": "p", "solution": "no box here"}) + "\n")
     with pytest.raises(UsageError, match=r"bad\.jsonl:1: a MATH record needs a solution with a \\boxed"):

@@ -44,7 +44,7 @@ def eval_run(
     top_k: Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")] = 0,
     top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling mass (1 = off).")] = 1.0,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Generation budget per answer; answers that hit it are counted as truncated.")] = 256,
-    extract: Annotated[Optional[str], typer.Option("--extract", help="Answer extraction: after_hash (GSM8K '####'), last_number, boxed. Default: the task family's rule (boxed for math, after_hash otherwise).")] = None,
+    extract: Annotated[Optional[str], typer.Option("--extract", help="The strict answer rule (acc, well_formed): after_hash (GSM8K '####'), last_number, boxed. Default: the task family's (boxed for math, after_hash otherwise). acc_flexible is always lm-eval's flexible-extract (the last number).")] = None,
     pass_k: Annotated[Optional[list[int]], typer.Option("--pass-k", help="Report unbiased pass@k (k ≤ --samples). Repeatable.")] = None,
     batch_tokens: Annotated[int, typer.Option("--batch-tokens", help="Tokens per scoring forward pass.")] = 4096,
     device: Annotated[str, typer.Option("--device", help="auto, cpu or cuda.")] = "auto",
@@ -82,7 +82,9 @@ def eval_compare(
     metric: Annotated[Optional[str], typer.Option("--metric", help="Compare this per-item score (acc, acc_norm, acc_per_token, acc_pmi) on the tasks that have it, instead of each task's headline.")] = None,
     json_: Json = False,
 ) -> None:
-    """Paired difference A − B per task: its SE, z, 95% interval, and the questions needed to detect it."""
+    """Paired difference A − B per task: its SE, z, 95% interval, and the questions needed to detect it.
+
+    Generative tasks: also A − B split into format (the well-formed share) and content (flexible accuracy; strict accuracy among well-formed answers), and with -n K in both runs the pass@k curves of both and where they cross."""
     from llmctl.eval.compare import compare_results
 
     r = compare_results(a, b, metric)

@@ -203,6 +203,11 @@ MC_METRICS = {"acc": "argmax of ln P(choice | context), lm-eval's acc", "acc_nor
               "acc_per_token": "of ln P / tokens", "acc_pmi": "of ln P - ln P(choice | 'Answer:')"}
 
 
+# what each generative score reads (eval/runner.py, tasks/answers.GenScoring)
+GEN_METRICS = {"acc": "the task's answer rule ('#### n', \\boxed{}), strict", "acc_flexible": "the last number (lm-eval's flexible-extract)",
+               "well_formed": "the strict rule finds an answer"}
+
+
 def eval_results(results: dict, wall_seconds: float) -> None:
     """Each task's scores, its headline starred: a task's name with its n, then one row per metric
     (mean, SE, interval), so the table fits 80 columns; results.json has every digit."""
@@ -231,6 +236,8 @@ def eval_results(results: dict, wall_seconds: float) -> None:
     shown = {m for r in tasks.values() for m in r["metrics"]}
     if shown & set(MC_METRICS) - {"acc"}:  # a multiple-choice task: say which normalization each name is
         notes.append("multiple choice: " + "; ".join(f"{m}: {MC_METRICS[m]}" for m in MC_METRICS if m in shown) + ".")
+    if shown & {"acc_flexible", "well_formed"}:  # a generative task: say which reading each name is
+        notes.append("generative: " + "; ".join(f"{m}: {GEN_METRICS[m]}" for m in GEN_METRICS if m in shown) + ".")
     notes.append("95% interval: Wilson's for 0/1 scores when n < 100 or either outcome is under 10, else Wald's.")
     legend(err, *notes)
 
@@ -251,6 +258,43 @@ def eval_compare(r: dict, a: str, b: str) -> None:
     notes += [f"{t['task']}: {t['only_a']:,} item(s) only in A, {t['only_b']:,} only in B, not compared."
               for t in r["tasks"] if t.get("only_a") or t.get("only_b")]
     legend(err, *notes)
+    for t in r["tasks"]:
+        if t.get("split"):
+            _gain_split(t["task"], t["split"])
+        if t.get("pass_at_k"):
+            _pass_curves(t["task"], t["pass_at_k"])
+
+
+SPLIT_LABELS = {"format": "format", "content": "flexible", "strict_given_format": "strict | wf"}
+
+
+def _gain_split(task: str, split: dict) -> None:
+    """A generative task's A − B split into format and content (eval/split.py), one row each."""
+    rows = [(SPLIT_LABELS[part], f"{p['n']:,}", _num(p["mean_a"]), _num(p["mean_b"]), _num(p["diff"], "+.4f"),
+             "" if p["diff"] is None else f"[{_num(p['ci_low'], '+.4f')}, {_num(p['ci_high'], '+.4f')}]", _num(p["z"], ".2f"))
+            for part, p in split.items()]
+    err.print(table(f"what A − B is made of: {task}", rows, headers=("", "n", "A", "B", "A − B", "95% interval", "z"),
+                    numeric=(1, 2, 3, 4, 5, 6)))
+    legend(err, "format: share of answers well-formed (the strict rule finds one). flexible: accuracy of the last "
+                "number (lm-eval's flexible-extract), whatever the format. strict | wf: strict accuracy among "
+                "well-formed answers, on the items well-formed in both runs.")
+
+
+def _pass_curves(task: str, curves: dict) -> None:
+    """pass@k of A and B at the powers of 2 below K, at K and at the k where A − B changes sign (--json: every k)."""
+    K, cross = curves["K"], curves["cross_k"]
+    shown = sorted({k for k in (2 ** j for j in range(K.bit_length())) if k <= K} | {K} | ({cross} if cross else set()))
+
+    def cell(s: dict) -> str:
+        return f"{s['mean']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}]"
+
+    rows = [(f"{p['k']}" + (" ×" if p["k"] == cross else ""), cell(p["a"]), cell(p["b"]), _num(p["diff"]["diff"], "+.3f"),
+             _num(p["diff"]["z"], ".2f")) for p in curves["curve"] if p["k"] in shown]
+    err.print(table(f"pass@k: {task}  ({curves['n']:,} items)", rows, headers=("k", "A [95%]", "B [95%]", "A − B", "z"),
+                    numeric=(0, 1, 2, 3, 4)))
+    where = f"A − B changes sign at k = {cross} (×)" if cross else "A − B keeps its sign at every k"
+    legend(err, f"unbiased pass@k, mean over items, intervals across items; {where}; shown: k = "
+                f"{', '.join(map(str, shown))} (--json: every k up to {K}).")
 
 
 def generations(prompts: list[str], gens: list, chat: bool) -> None:

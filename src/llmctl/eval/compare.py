@@ -7,7 +7,9 @@ metric's, and for multiple choice one column per accuracy: ``acc``, ``acc_norm``
 refused. Items are
 joined on (task, item); per task we report the
 paired difference with its SE, z and 95% interval, McNemar counts for 0/1 scores, and how many
-questions would be needed to detect the observed gap (α 0.05, power 0.8).
+questions would be needed to detect the observed gap (α 0.05, power 0.8). A generative task's row
+also says what the gain is made of, format or content, and with -n K in both runs gives the
+pass@k curves of both (eval/split.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from llmctl.artifacts.manifest import MANIFEST, has_manifest
 from llmctl.errors import UsageError
 from llmctl.eval.metrics import is_binary, mcnemar_counts, mcnemar_var, paired_gap, questions_needed
+from llmctl.eval.split import gain_split, load_counts, pass_curves
 
 Z95 = 1.96
 REQUIRED_COLUMNS = ("task", "item", "score")
@@ -112,7 +115,10 @@ def compare_results(dir_a: str | Path, dir_b: str | Path, metric: str | None = N
     runs (means, diff and SE are over these), only_a / only_b items scored in one run only
     (reported, not compared); McNemar counts (a_only = A right and B wrong, …) are None for
     non-binary scores; var_d is the per-item Var(D) (McNemar form for 0/1 scores, sample variance
-    otherwise); questions_needed is None when the observed gap is 0.
+    otherwise); questions_needed is None when the observed gap is 0. A generative task's row adds
+    `split` (eval/split.gain_split: format, content and strict_given_format, each paired A − B with
+    its interval and z; None for results without format counts) and `pass_at_k`
+    (eval/split.pass_curves; None unless both runs sampled K > 1 per item); other tasks' are None.
     Tasks present in only one run raise UsageError."""
     (sa, ma), (sb, mb) = load_samples(dir_a, metric), load_samples(dir_b, metric)
     if sa.keys() != sb.keys():
@@ -125,4 +131,11 @@ def compare_results(dir_a: str | Path, dir_b: str | Path, metric: str | None = N
     for t in sorted(sa):
         if ma[t] and mb[t] and ma[t] != mb[t]:
             raise UsageError(f"task {t}: A is scored by {ma[t]}, B by {mb[t]}; pick one with --metric (e.g. --metric {ma[t]})")
-    return {"a": str(dir_a), "b": str(dir_b), "tasks": [compare_task(t, sa[t], sb[t], ma[t] or mb[t]) for t in sorted(sa)]}
+    rows = [compare_task(t, sa[t], sb[t], ma[t] or mb[t]) for t in sorted(sa)]
+    ca, cb = load_counts(dir_a), load_counts(dir_b)
+    for row in rows:
+        t = row["task"]
+        both = t in ca and t in cb
+        row["split"] = gain_split(ca[t], cb[t]) if both else None
+        row["pass_at_k"] = pass_curves(ca[t], cb[t]) if both else None
+    return {"a": str(dir_a), "b": str(dir_b), "tasks": rows}

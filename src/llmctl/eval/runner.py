@@ -7,8 +7,14 @@ compared paired: `llmctl eval compare A B`) and a manifest.
 
 Multiple-choice accuracies carry lm-evaluation-harness's names, so the two tools' tables read
 alike: `acc` (sum of log-probs), `acc_norm` (per character), and ours `acc_per_token`, `acc_pmi`.
-Each task names its `headline` metric (multiple choice: the one `--norm` picks; generative: `acc`;
-loss: `bits_per_byte`); each item's `score` in samples.parquet is that metric's.
+A generative answer is read two ways (tasks/answers.GenScoring): `acc` by the task family's rule
+alone (strict: GSM8K's '#### n', MATH's \\boxed{}), `acc_flexible` by lm-evaluation-harness's
+flexible-extract (the last number), and `well_formed` is the share the strict rule finds an answer
+in; with -n K, pass@k of both. Each task names its `headline` metric (multiple choice: the one
+`--norm` picks; generative: the strict `acc`; loss: `bits_per_byte`); each item's `score` in
+samples.parquet is that metric's; a generative item's row also counts, of its K samples, the
+strict answers right (`correct`), the flexible ones (`correct_flexible`) and the well-formed ones
+(`well_formed`), so `eval compare` can split a gain into format and content.
 
 The manifest is written last and lists both files with their sha256: a results.json without it is
 an eval that did not finish, which no reader takes for results (`eval compare`, `report`). Run
@@ -46,6 +52,7 @@ from llmctl.model.load import load_model
 from llmctl.tokenizer.vocab import Vocab
 from llmctl.runtime.progress import Progress
 from llmctl.tasks import GenScoring, MCItem, chat_messages, fewshot_prefix
+from llmctl.tasks.answers import LM_EVAL_FLEXIBLE
 from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.device import pick_device
 from llmctl.torchrt import rundir
@@ -68,7 +75,7 @@ class EvalConfig:
     top_k: int = 0
     top_p: float = 1.0
     max_new_tokens: int = 256
-    extract: str | None = None  # answer extraction: after_hash | last_number | boxed; None: the task family's rule
+    extract: str | None = None  # the strict answer rule (acc): after_hash | last_number | boxed; None: the task family's
     pass_k: list[int] = field(default_factory=lambda: [1])
     batch_size: int = 256  # sequences decoding at once at most (the engine's max_rows; its KV budget may hold fewer)
     device: str = "auto"
@@ -172,7 +179,7 @@ class Evaluator:
     def _generative(self, spec: TaskSpec, items) -> tuple[dict, list[dict]]:
         c = self.cfg
         extract = c.extract or gen_extract(spec.kind)
-        scoring = GenScoring(extract=extract)
+        scoring = GenScoring(extract=extract)  # strict: the family's rule (or --extract); flexible: lm-eval's
         params = SamplingParams(max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k,
                                 top_p=c.top_p, seed=c.seed, stop=gen_stop(spec.kind))
         engine = Engine.for_vocab(self.model, self.vocab, chat=self.chat is not None, config=EngineConfig(max_rows=c.batch_size))
@@ -186,37 +193,53 @@ class Evaluator:
         self.progress.start(len(items) * c.samples, description=spec.name)
         outputs = engine.generate([p for p in prompts for _ in range(c.samples)], params, on_done=self.progress.advance)
         self.progress.finish()
-        samples, acc, truncated = [], [], 0
-        pass_at = {k: [] for k in c.pass_k}
-        maj = []
+        rows, truncated = [], 0
         for i, item in enumerate(items):
             gens = outputs[i * c.samples : (i + 1) * c.samples]
-            answers = [scoring.answer(g.text) for g in gens]
-            correct = sum(a == item.target for a in answers)
             truncated += sum(g.truncated for g in gens)
-            acc.append(correct / c.samples)
-            for k in c.pass_k:
-                pass_at[k].append(pass_at_k(c.samples, correct, k))
-            vote, _ = majority_vote(answers)
-            maj.append(float(vote == item.target))
-            samples.append({"task": spec.name, "item": i, "score": correct / c.samples, "target": item.target,
-                            "prediction": answers[0], "correct": correct, "samples": c.samples,
-                            "completion": gens[0].text, "finish": gens[0].finish})
-        metrics = {"acc": summarize_scores(acc, k_samples=c.samples if c.samples > 1 else None)}
-        if c.samples > 1:
-            metrics.update({f"pass@{k}": summarize_scores(v) for k, v in pass_at.items()})
-            metrics[f"maj@{c.samples}"] = summarize_scores(maj)
+            rows.append(_gen_row(spec.name, i, item.target, [g.text for g in gens], scoring) | {"finish": gens[0].finish})
+        metrics = _gen_metrics(rows, c.samples, c.pass_k)
         plain = prompt_format(spec.kind)
         reporting = {"prompt_format": f"chat template {self.chat.name}: user turn = the question" if self.chat else plain,
                      "shots": c.shots, "seed": c.seed, "decoding": params.describe(), "samples_per_item": c.samples,
-                     "answer_extraction": f"{extract}, else last_number; numbers canonicalized",
+                     "answer_extraction": {
+                         "acc": f"strict: {extract} alone, canonical numbers",
+                         "acc_flexible": f"lm-eval's gsm8k flexible-extract: the last match of {LM_EVAL_FLEXIBLE.pattern}, canonical",
+                         "well_formed": f"share of generations in which {extract} finds an answer"},
                      "truncated_generations": truncated}
         return {"kind": spec.kind, "file": spec.path, "n": len(items), "headline": "acc", "metrics": metrics,
-                "reporting": reporting}, samples
+                "reporting": reporting}, rows
 
     @property
     def device(self):
         return next(self.model.parameters()).device
+
+
+def _gen_row(task: str, item: int, target: str, texts: list[str], scoring: GenScoring) -> dict:
+    """One generative item's samples.parquet row: per-sample counts (of K = len(texts)) of strict
+    answers right, flexible answers right and well-formed generations; the first sample's answers
+    and text. `score` (what `eval compare` pairs) is the strict share."""
+    strict = [scoring.strict(t) for t in texts]
+    flexible = [scoring.flexible(t) for t in texts]
+    correct = sum(a == target for a in strict)
+    vote, _ = majority_vote(strict)
+    return {"task": task, "item": item, "score": correct / len(texts), "target": target, "prediction": strict[0],
+            "prediction_flexible": flexible[0], "correct": correct, "correct_flexible": sum(a == target for a in flexible),
+            "well_formed": sum(a is not None for a in strict), "majority_correct": vote == target, "samples": len(texts),
+            "completion": texts[0]}
+
+
+def _gen_metrics(rows: list[dict], k_samples: int, pass_k: list[int]) -> dict:
+    """acc (strict, the headline), acc_flexible and well_formed, each the mean over items of its
+    per-item share of K samples; with K > 1, pass@k of both readings and the strict maj@K."""
+    kk = k_samples if k_samples > 1 else None
+    metrics = {name: summarize_scores([r[col] / k_samples for r in rows], k_samples=kk)
+               for name, col in (("acc", "correct"), ("acc_flexible", "correct_flexible"), ("well_formed", "well_formed"))}
+    if k_samples > 1:
+        for suffix, col in (("", "correct"), ("_flexible", "correct_flexible")):
+            metrics.update({f"pass@{k}{suffix}": summarize_scores([pass_at_k(k_samples, r[col], k) for r in rows]) for k in pass_k})
+        metrics[f"maj@{k_samples}"] = summarize_scores([float(r["majority_correct"]) for r in rows])
+    return metrics
 
 
 def run_eval(checkpoint: str, tasks: list[TaskSpec], out: Path, cfg: EvalConfig,

@@ -74,8 +74,8 @@ class Verifier(ABC):
 @dataclass
 class MathVerifier(Verifier):
     """Reward 1 when the completion's final number equals the reference's, else 0. ``rules`` is
-    the extraction order (after_hash | boxed | last_number); given eval's ``GenScoring`` rules (its
-    extract, then its fallback) it reads answers as eval does (both call tasks/answers.math_answer)."""
+    the extraction order (after_hash | boxed | last_number); given eval's strict rule alone
+    (``GenScoring.extract``) it reads answers as eval's `acc` does (both call tasks/answers.math_answer)."""
 
     rules: tuple[str, ...] = DEFAULT_MATH_RULES
     name = "math"

@@ -10,7 +10,7 @@ canonical numbers, files.py reads task files, fewshot.py writes few-shot prompts
 eval, data/decontam, rl and train import from here; this package imports none of them.
 """
 
-from llmctl.tasks.answers import GenScoring, canonical_number, extract_answer, math_answer, reference_answer
+from llmctl.tasks.answers import GenScoring, canonical_number, extract_answer, flexible_extract, math_answer, reference_answer
 from llmctl.tasks.base import Family, GenItem, MCItem
 from llmctl.tasks.fewshot import chat_messages, fewshot_indices, fewshot_prefix
 from llmctl.tasks.files import read_records, where
@@ -18,7 +18,7 @@ from llmctl.tasks.registry import (eval_kinds, families, family_for_kind, load_i
                                    rl_prompt, to_messages)
 
 __all__ = [
-    "Family", "GenItem", "MCItem", "GenScoring", "canonical_number", "extract_answer", "math_answer", "reference_answer",
+    "Family", "GenItem", "MCItem", "GenScoring", "canonical_number", "extract_answer", "flexible_extract", "math_answer", "reference_answer",
     "chat_messages", "fewshot_indices", "fewshot_prefix", "read_records", "where",
     "eval_kinds", "families", "family_for_kind", "load_items", "load_prompts", "read_prompts", "record_passages", "rl_prompt",
     "to_messages",

@@ -6,7 +6,10 @@ spelling of a number, shared by eval scoring, the rl `math` verifier and the tas
 - `canonical_number(s)`: "1,000" / "1000.0" / "\\frac{1}{2}" compare equal as strings;
 - `math_answer(text, rules)`: rules in order, then canonical, the reader of `GenScoring` and of
   rl's MathVerifier; `reference_answer(ref)`: the same for a reference (GSM8K '#### n', \\boxed{},
-  a bare answer or a number).
+  a bare answer or a number);
+- `flexible_extract(text)`: lm-evaluation-harness's GSM8K `flexible-extract` filter, the last
+  number-like string, as that harness reads it;
+- `GenScoring`: eval's two readings of a generation, strict (the family's rule) and flexible.
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ _NUMBER = re.compile(r"(?:(?<![\w.])-)?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?")
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _FRAC = re.compile(r"^\\d?frac\{([^{}]+)\}\{([^{}]+)\}$")
 EXTRACT_RULES = ("after_hash", "last_number", "boxed")
+
+# lm-evaluation-harness 0.4.13, lm_eval/tasks/gsm8k/gsm8k.yaml, filter_list "flexible-extract":
+#   - function: "regex", group_select: -1, regex_pattern: "(-?[$0-9.,]{2,})|(-?[0-9]+)"
+#   - function: "take_first"
+# (its "strict-match" is regex_pattern "#### (\-?[0-9\.\,]+)", group_select 0: the first '#### n')
+LM_EVAL_FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 
 
 def last_boxed(text: str) -> str | None:
@@ -60,6 +69,21 @@ def extract_answer(text: str, rule: str) -> str | None:
     if rule == "boxed":
         return last_boxed(text)
     raise UsageError(f"unknown answer extraction rule {rule!r} (choose from {', '.join(EXTRACT_RULES)})")
+
+
+def flexible_extract(text: str) -> str | None:
+    """lm-evaluation-harness's GSM8K `flexible-extract` (LM_EVAL_FLEXIBLE), as its RegexFilter
+    (lm_eval/filters/extraction.py) applies it: `findall`, the match at group_select -1 (the last),
+    of a tuple the first non-empty group, stripped; None where the harness writes "[invalid]".
+
+    The string is the harness's, character for character ("72." and "$18" included: its
+    exact_match drops a trailing '.', '$' and ',' before comparing; canonical_number does the same
+    and more). Unlike `last_number`, a '-' glued to a digit is a sign ("16-3" gives "-3")."""
+    found = LM_EVAL_FLEXIBLE.findall(text)
+    if not found:
+        return None
+    groups = [g for g in found[-1] if g]
+    return groups[0].strip() if groups else None
 
 
 def _render(q: Fraction) -> str:
@@ -157,10 +181,22 @@ def reference_answer(reference: Any) -> str | None:
 
 @dataclass
 class GenScoring:
-    """How a generated answer is read: the rl `math` verifier's reader, so training rewards and
-    eval scores come from one checker (spec 001-posttrain-rl §A5)."""
-    extract: str = "after_hash"  # after_hash | last_number | boxed
-    fallback: str | None = "last_number"  # used when the main rule finds nothing
+    """A generation read two ways (spec 001-data-eval §A10), each canonical:
 
-    def answer(self, text: str) -> str | None:
-        return math_answer(text, (self.extract,) + ((self.fallback,) if self.fallback else ()))
+    - ``strict``: the task family's rule alone (``extract``: after_hash for GSM8K's '#### n',
+      boxed for MATH's \\boxed{}), read by `math_answer`, the reader rl's `math` verifier calls
+      too (one checker for training and eval, spec 001-posttrain-rl §A5; the verifier tries
+      after_hash, boxed, then last_number). An answer it finds makes the generation *well-formed*;
+    - ``flexible``: lm-evaluation-harness's GSM8K `flexible-extract`, the last number-like string
+      (`flexible_extract`), whatever the answer line looks like: a score blind to the answer
+      format, though not to the ending (a last line that ends in another number is read as that
+      number). It reads numbers only, so an answer that is not one (MATH's \\frac{\\pi}{2}) it
+      never gets right."""
+    extract: str = "after_hash"  # after_hash | last_number | boxed
+
+    def strict(self, text: str) -> str | None:
+        return math_answer(text, (self.extract,))
+
+    def flexible(self, text: str) -> str | None:
+        found = flexible_extract(text)
+        return canonical_number(found) if found is not None else None
