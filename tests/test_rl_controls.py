@@ -4,6 +4,7 @@ resume and data parallelism — and the per-step lengths of correct and wrong co
 zero-variance share of the trained groups, on the tiny chat model of test_rl.py."""
 
 import json
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -162,6 +163,16 @@ def test_a_resumed_control_repeats_the_uninterrupted_one(runs):
     assert rollouts(runs / "random", 3) == rollouts(runs / "cut", 3)
     state = json.loads((runs / "cut" / "checkpoints" / "step-000003" / "trainer_state.json").read_text())
     assert state["real_reward_running"]["count"] > 0
+
+
+def test_a_control_resumes_only_as_that_control(runs, sft_model, tmp_path):
+    shutil.copytree(runs / "random", tmp_path / "random")
+    p = llmctl("rl", sft_model / "sft", "--prompts", sft_model / "digits.jsonl", "--verifier", "regex", *ARGS,
+               "--steps", "4", "-o", tmp_path / "random", "--resume")
+    err = p.stderr.decode()
+    assert p.returncode == 2 and len(err.strip().splitlines()) == 1, err
+    assert "is a run with control random-reward, not none (--control random-reward)" in err
+    assert not (tmp_path / "random" / "rollouts" / "step-000004.parquet").exists()
 
 
 def test_a_control_says_it_is_one(runs):

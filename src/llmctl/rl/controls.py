@@ -4,15 +4,17 @@ that a gain the real run shows can be told from one any reward of that rate woul
 - ``random-reward``: each sample's reward is replaced by a seeded Bernoulli(p) draw in {0, 1}, the
   random reward of Shao et al. 2025 ("Spurious Rewards: Rethinking Training Signals in RLVR":
   reward 1 with probability γ, else 0, whatever the response). Here γ = p is the real reward's
-  running mean (`RunningMean`), clipped to [0, 1], so the control is drawn at the rate the real run
-  is rewarded at: the share of groups with equal rewards (which dynamic sampling drops) and the
-  spread within a group follow the real run's. With std-scaled advantages (--adv-std group,
-  group-bessel, batch) a two-valued reward's advantages do not depend on the two values, only on
-  which samples got which, so {0, 1} loses nothing against the real reward's {min, max}; a real
-  reward with a format bonus or partial credit (python) keeps its mean, not its spread. The
-  verifier still runs on every sample (the compute and the logged accuracy are the real run's).
+  running mean (`RunningMean`), clipped to [0, 1], so the control is rewarded at the rate the real
+  run is. Its draws are independent across samples, where the real reward's samples of one prompt
+  share its difficulty, so its groups are all-equal (dropped by dynamic sampling) at their own rate,
+  p^G + (1-p)^G (`zero_variance_share` is the control reward's, `zero_variance_kept` the real
+  reward's). With std-scaled advantages (--adv-std group, group-bessel, batch) a two-valued
+  reward's advantages do not depend on the two values, only on which samples got which, so {0, 1}
+  loses nothing against the real reward's {min, max}; a real reward with a format bonus or partial
+  credit (python) keeps its mean, not its spread. The verifier still runs on every sample (the
+  compute and the logged accuracy are the real run's).
 - ``shuffled-answers``: every prompt is scored against another prompt's reference, a seeded
-  permutation of the prompt file fixed for the run (`shuffled_references`): the reward then pays
+  derangement of the prompt file fixed for the run (`shuffled_references`): the reward then pays
   for answers to other questions, at the rate such answers come up. A prompt whose stand-in
   reference happens to equal its own (two questions with the same answer) still pays for the
   right answer; the manifest counts those prompts.

@@ -145,6 +145,10 @@ class RLTrainer:
         """--control (rl/controls.py): the references prompts are scored against (shuffled-answers), or
         the real reward's running mean, kept in the trainer state so that a resumed run goes on from it."""
         c = self.cfg
+        saved = self.state.get("control", "none") if self.state["step"] else c.control  # "none": a run from before controls
+        if saved != c.control:  # a run is a control or not from its first step to its last
+            raise UsageError(f"--resume: {self.out} is a run with control {saved}, not {c.control} (--control {saved})")
+        self.state["control"] = c.control
         self.scored_against, self.running = None, None
         if c.control == "shuffled-answers":
             if len(self.prompts) < 2:
