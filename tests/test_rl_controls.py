@@ -16,6 +16,7 @@ from llmctl.rl.config import RLConfig
 from llmctl.rl.controls import RunningMean, random_rewards, same_reference, shuffled_references
 from llmctl.rl.rewards import make_verifier
 from llmctl.tasks import read_prompts
+from test_render import check, screen  # noqa: F401  (fixture)
 from test_rl import PARITY, records, sft_model, torchrun  # noqa: F401  (fixtures)
 from test_sft import SFT_ARGS, tok  # noqa: F401
 from test_train import SMALL, tokens  # noqa: F401
@@ -83,6 +84,16 @@ def test_a_bad_control_is_one_line_exit_2(tmp_path):
     with pytest.raises(UsageError, match="--control random-reward"):
         RLConfig(control="random-reward", reward_model="rm").check()
     assert "--control" in llmctl("rl", "--help", check=True).stdout.decode()
+
+
+def test_a_control_steps_line_names_it_and_the_real_reward(screen):  # noqa: F811
+    from llmctl.cli import render
+
+    rec = {"step": 12, "control": "shuffled-answers", "reward_mean": 0.203125, "real_reward_mean": 0.734375,
+           "accuracy": 0.71875, "response_length": 1234.5, "zero_variance_share": 0.375, "generate_s": 123.4, "train_s": 45.6,
+           "eval": {"mean": 0.5167, "ci_low": 0.4601, "ci_high": 0.5732}}
+    render.rl_step(rec, 1000)
+    check(screen, "step 12/1000", "shuffled-answers 0.203", "real 0.734", "acc 0.719")
 
 
 # -- runs ---------------------------------------------------------------------------------------
