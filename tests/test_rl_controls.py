@@ -221,6 +221,17 @@ def test_shuffled_answers_pays_for_another_prompts_answer_and_logs_the_real_accu
     assert moved, "no reward changed with the stand-in references: the test shows nothing"
 
 
+def test_best_of_n_from_a_controls_rollouts_scores_by_the_real_reward(runs):
+    from llmctl.rl.best_of_n import read_rollouts
+
+    rows = [r for s in steps(runs / "shuffled") for r in rollouts(runs / "shuffled", s["step"])]
+    real: dict = {}
+    for r in rows:
+        real.setdefault(r["prompt"], []).append(r["real_reward"])
+    assert {g[0].prompt: [s.reward for s in g] for g in read_rollouts(runs / "shuffled")} == real
+    assert any(r["reward"] != r["real_reward"] for r in rows)
+
+
 def test_lengths_of_correct_and_wrong_and_the_zero_variance_of_the_trained_groups(runs):
     for name in ("real", "random", "shuffled"):
         for rec in steps(runs / name):
