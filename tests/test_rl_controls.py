@@ -18,8 +18,7 @@ from llmctl.rl.rewards import make_verifier
 from llmctl.tasks import read_prompts
 from test_render import check, screen  # noqa: F401  (fixture)
 from test_rl import PARITY, records, sft_model, torchrun  # noqa: F401  (fixtures)
-from test_sft import SFT_ARGS, tok  # noqa: F401
-from test_train import SMALL, tokens  # noqa: F401
+from test_train import tokens  # noqa: F401  (sft_model's)
 
 P, G, SEED = 4, 8, 1
 # --truncated zero: most of this model's 12-token completions are cut, and scored 0 they stay in the
