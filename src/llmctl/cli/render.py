@@ -310,6 +310,8 @@ def rl_step(rec: dict, steps: int) -> None:
     parts = [f"step {rec['step']}/{steps}", f"reward {rec['reward_mean']:.3f}", f"acc {rec['accuracy']:.3f}",
              f"len {rec['response_length']:.0f}", f"zero-var {rec['zero_variance_share']:.2f}",
              f"gen {rec['generate_s']:.1f}s", f"train {rec['train_s']:.1f}s"]
+    if "control" in rec:  # a control run: the reward it trained on, named by the control, then the real one of the same samples
+        parts[1:2] = [f"{rec['control']} {rec['reward_mean']:.3f}", f"real {rec['real_reward_mean']:.3f}"]
     if ev:
         parts.append(f"held-out {ev['mean']:.3f} [{ev['ci_low']:.3f}, {ev['ci_high']:.3f}]")
     plain(fields(parts, err.width))

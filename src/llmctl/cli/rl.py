@@ -49,6 +49,7 @@ def rl(
     reward_model: Annotated[Optional[str], typer.Option("--reward-model", help="A `llmctl train-rm` checkpoint whose score of each sample is added to the verifier's reward (logged apart: rm_score_mean, verifier_reward_mean).")] = None,
     reward_model_coef: Annotated[Optional[float], typer.Option("--reward-model-coef", help="Weight of the reward model's score in the reward (default 1).")] = None,
     verifier_coef: Annotated[Optional[float], typer.Option("--verifier-coef", help="Weight of the verifier's reward (default 1; 0: the reward model alone, the verifier still measures accuracy).")] = None,
+    control: Annotated[Optional[str], typer.Option("--control", help="A control run: none; random-reward (each sample's reward a seeded 0/1 draw at the real reward's running mean: the same compute with the answers' signal cut) or shuffled-answers (each prompt scored against another prompt's reference). Accuracy stays the real one.")] = None,
     unsafe_sandbox: Annotated[Optional[bool], typer.Option("--unsafe-sandbox", help="--verifier python on a host without Landlock or seccomp (or not Linux): run the code anyway, with what protection there is, instead of refusing.")] = None,
     recompute: Annotated[Optional[str], typer.Option("--recompute", help="Activation recomputation in the training forwards: none, selective or block (less memory, more time, the same results; see train --recompute).")] = None,
     gen_dtype: Annotated[Optional[str], typer.Option("--gen-dtype", help="The rollout engine's weights: auto (the model's own on CPU, bfloat16 on a GPU), float32 or bfloat16 (faster on CPUs with AMX; log-probs then differ from the trainer's: see logprob_gap_mean).")] = None,
@@ -75,7 +76,7 @@ def rl(
                      warmup_steps=warmup_steps, schedule=schedule, temperature=temperature, top_p=top_p, format_reward=format_reward,
                      adv_estimator=adv_estimator, adv_std=adv_std, clip_low=clip_low, clip_high=clip_high,
                      ratio_level=ratio_level, headroom_limit=headroom_limit, loss_agg=loss_agg, kl=kl, kl_coef=kl_coef,
-                     epochs=epochs, is_correction=is_correction, is_cap=is_cap, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, unsafe_sandbox=unsafe_sandbox, seed=seed, device=device,
+                     epochs=epochs, is_correction=is_correction, is_cap=is_cap, dynamic_sampling=dynamic_sampling, truncated=truncated, verifier=verifier, control=control, unsafe_sandbox=unsafe_sandbox, seed=seed, device=device,
                      reward_model=reward_model, reward_model_coef=reward_model_coef, verifier_coef=verifier_coef,
                      recompute=recompute, gen_dtype=gen_dtype, weights=weights, lora=lora_flags(lora_rank, lora_alpha, lora_dropout, lora_targets))
     cfg = build_config(RLConfig, "rl", config, overrides)

@@ -145,7 +145,9 @@ def sample_policy(checkpoint: str, prompts_file: str, cfg: BestOfNConfig, progre
 
 
 def read_rollouts(run: Path) -> list[list[Scored]]:
-    """The scored samples of an rl run, one group per prompt (in order of first appearance)."""
+    """The scored samples of an rl run, one group per prompt (in order of first appearance). A control
+    run's (rl --control) are scored by their `real_reward`, against their own references, not by the
+    random or stand-in reward it trained on."""
     import pyarrow.parquet as pq
 
     files = sorted((run / "rollouts").glob("step-*.parquet"))
@@ -154,12 +156,13 @@ def read_rollouts(run: Path) -> list[list[Scored]]:
     groups: dict[str, list[Scored]] = {}
     for f in files:
         try:
-            rows = pq.read_table(f, columns=["prompt", "completion", "reward", "correct", "truncated", "masked"]).to_pylist()
+            score = "real_reward" if "real_reward" in pq.read_schema(f).names else "reward"
+            rows = pq.read_table(f, columns=["prompt", "completion", score, "correct", "truncated", "masked"]).to_pylist()
         except Exception as e:  # noqa: BLE001 - pyarrow raises many kinds for a damaged or foreign file
             raise UsageError(f"--from-rollouts: {f} is not an rl rollouts file ({type(e).__name__}: {e})") from e
         for r in rows:
             usable = not (r["truncated"] or r["masked"])
-            groups.setdefault(r["prompt"], []).append(Scored(r["prompt"], r["completion"], float(r["reward"]), r["correct"], usable))
+            groups.setdefault(r["prompt"], []).append(Scored(r["prompt"], r["completion"], float(r[score]), r["correct"], usable))
     return list(groups.values())
 
 

@@ -11,6 +11,7 @@ from llmctl.errors import UsageError
 from llmctl.model.generate import GEN_DTYPES, EngineConfig, SamplingParams
 from llmctl.model.lora import LoraConfig
 from llmctl.model.recompute import check_mode
+from llmctl.rl.controls import CONTROLS
 from llmctl.rl.grpo import ADV_ESTIMATORS, ADV_STD, IS_CAP, IS_CORRECTIONS, KL, LOSS_AGG, RATIO_LEVELS
 
 SCHEDULES = ("constant", "linear", "cosine")
@@ -59,6 +60,9 @@ class RLConfig:
     reward_model: str | None = None
     reward_model_coef: float = 1.0
     verifier_coef: float = 1.0
+    # a control run (rl/controls.py): none | random-reward (each sample's reward a seeded Bernoulli draw
+    # at the real reward's running mean) | shuffled-answers (each prompt scored against another's reference)
+    control: str = "none"
     # python verifier: run the code even on a host that lacks one of the sandbox's protections
     # (Landlock, seccomp, Linux); without it such a host refuses the run at start-up
     unsafe_sandbox: bool = False
@@ -83,7 +87,7 @@ class RLConfig:
     def check(self) -> None:
         for name, allowed in (("adv_estimator", ADV_ESTIMATORS), ("adv_std", ADV_STD), ("loss_agg", LOSS_AGG), ("kl", KL),
                               ("truncated", ("mask", "zero")), ("schedule", SCHEDULES), ("ratio_level", RATIO_LEVELS),
-                              ("is_correction", IS_CORRECTIONS)):
+                              ("is_correction", IS_CORRECTIONS), ("control", CONTROLS)):
             if getattr(self, name) not in allowed:
                 raise UsageError(f"rl: {name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if self.group_size < 2:
@@ -96,6 +100,9 @@ class RLConfig:
             raise UsageError("rl: --kl needs --kl-coef > 0")
         if self.reward_model is None and self.verifier_coef == 0:
             raise UsageError("rl: verifier_coef 0 (--verifier-coef 0) leaves no reward without --reward-model RM")
+        if self.control == "random-reward" and self.reward_model is not None:
+            raise UsageError("rl: --control random-reward draws 0/1 rewards at the verifier's reward rate; a reward model's "
+                             "score has no such rate: run it without --reward-model")
         if self.headroom_limit < 0:
             raise UsageError(f"rl: headroom_limit must be >= 0 (0 turns the headroom off), got {self.headroom_limit}")
         check_mode(self.recompute, "rl: recompute")

@@ -40,6 +40,9 @@ class Sample:
     advantage: float = 0.0
     verifier_reward: float = 0.0  # the verifier's part of `reward`
     rm_score: float | None = None  # the reward model's score (rl --reward-model), before its coefficient
+    # the reward against the prompt's own reference; `reward` differs from it only in a control run
+    # (rl --control: a random reward, or the verdict against another prompt's reference)
+    real_reward: float = 0.0
 
 
 class Prompter:
@@ -75,10 +78,15 @@ def _one_family(families: Sequence[Family], source: str) -> Family:
 
 def sample_groups(engine: Engine, prompter: Prompter, prompts: list[dict], indices: list[int], G: int,
                   params: SamplingParams, verifier, truncated: str, seeds: list[int] | None = None,
-                  scorer=None, coefs: tuple[float, float] = (1.0, 1.0)) -> list[list[Sample]]:
+                  scorer=None, coefs: tuple[float, float] = (1.0, 1.0),
+                  scored_against: list | None = None) -> list[list[Sample]]:
     """One group of G samples for each prompt in `indices` (prompts[i] = {prompt, reference}).
     With a reward model's `scorer` (train/reward_model.py RewardScorer), reward = coefs[0] · the
     verifier's reward + coefs[1] · the RM's score of (prompt, completion text).
+
+    `scored_against` (rl --control shuffled-answers): the reference each prompt's reward is verified
+    against instead of its own (scored_against[i] for prompts[i]); `correct` and `real_reward` stay
+    the verdict against its own, so accuracy is still the real one.
 
     With `seeds` (one per prompt) sample j of prompt k draws from its own generator, seeded by
     (seeds[k], j): the group is the same whichever other prompts share the generation batch."""
@@ -93,16 +101,24 @@ def sample_groups(engine: Engine, prompter: Prompter, prompts: list[dict], indic
         group = []
         for j, gen in enumerate(gens[g * G : (g + 1) * G]):
             verdict = verifier.verify(gen.text, prompts[i]["reference"])
+            paid = verdict if scored_against is None else verifier.verify(gen.text, scored_against[i])
             is_trunc = gen.truncated
-            masked = verdict.masked or (is_trunc and truncated == "mask")
+            masked = verdict.masked or paid.masked or (is_trunc and truncated == "mask")
             rm = None if scores is None else float(scores[g * G + j])
-            reward = coefs[0] * float(verdict.reward) + (coefs[1] * rm if rm is not None else 0.0)
-            reward = 0.0 if (is_trunc and truncated == "zero") else reward
+            zeroed = is_trunc and truncated == "zero"
             completion = gen.ids + ([gen.stop_id] if gen.finish == "eos" else [])
-            group.append(Sample(i, g, gen.prompt_ids, completion, gen.text, reward, verdict.correct, masked, is_trunc,
-                                list(gen.policy_logprobs), verifier_reward=float(verdict.reward), rm_score=rm))
+            group.append(Sample(i, g, gen.prompt_ids, completion, gen.text, _reward(paid, rm, coefs, zeroed), verdict.correct,
+                                masked, is_trunc, list(gen.policy_logprobs), verifier_reward=float(paid.reward), rm_score=rm,
+                                real_reward=_reward(verdict, rm, coefs, zeroed)))
         groups.append(group)
     return groups
+
+
+def _reward(verdict, rm: float | None, coefs: tuple[float, float], zeroed: bool) -> float:
+    """coefs[0] · the verdict's reward + coefs[1] · the RM's score; 0 for a truncated sample under --truncated zero."""
+    if zeroed:
+        return 0.0
+    return coefs[0] * float(verdict.reward) + (coefs[1] * rm if rm is not None else 0.0)
 
 
 def sequence_batch(samples: list[Sample], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -128,17 +144,19 @@ def sequence_batch(samples: list[Sample], pad_id: int = 0) -> tuple[torch.Tensor
 
 class RolloutWriter:
     """rollouts/step-N.parquet: one row per sample of the step (its prompt, completion, reward,
-    verdict, advantage, length, truncated, masked), written by rank 0 alone."""
+    verdict, advantage, length, truncated, masked; in a control run also `real_reward`, the reward
+    against its own reference that `reward` stands in for), written by rank 0 alone."""
 
-    def __init__(self, directory: Path, prompts: list[dict], dist: distributed.Dist):
-        self.directory, self.prompts, self.dist = directory, prompts, dist
+    def __init__(self, directory: Path, prompts: list[dict], dist: distributed.Dist, control: bool = False):
+        self.directory, self.prompts, self.dist, self.control = directory, prompts, dist, control
 
     def write(self, sampled: list[tuple[tuple[int, int], list[Sample]]], step: int) -> None:
         """One file for the step on rank 0: every rank's groups, in (draw, slot) order as one process writes them."""
         rows = [(key, [{"step": step, "prompt_index": s.prompt_index, "prompt": self.prompts[s.prompt_index]["prompt"],
                         "completion": s.text, "reward": s.reward, "correct": s.correct, "advantage": s.advantage,
                         "length": len(s.completion_ids), "truncated": s.truncated, "masked": s.masked,
-                        **({"verifier_reward": s.verifier_reward, "rm_score": s.rm_score} if s.rm_score is not None else {})}
+                        **({"verifier_reward": s.verifier_reward, "rm_score": s.rm_score} if s.rm_score is not None else {}),
+                        **({"real_reward": s.real_reward} if self.control else {})}
                        for s in g])
                 for key, g in sampled]
         gathered = distributed.gather_objects(rows, self.dist)

@@ -19,6 +19,10 @@ on the whole batch. Rank 0 gathers the rollouts into the same rollouts/step-N.pa
 writes metrics.jsonl, checkpoints and the manifest (torchrt/rundir.py, the run directory train
 keeps too); held-out evaluation is split across ranks.
 
+A control run (--control, rl/controls.py) changes only the reward column of that table — a seeded
+random reward at the real reward's running mean, or the verdict against another prompt's reference —
+and keeps the real reward (`real_reward`) and accuracy against the prompts' own references beside it.
+
 Held-out accuracy (greedy, every eval_every steps) and, before the first step of a fresh run,
 the headroom (pass@1, pass@G and maj@G next to greedy accuracy) are rl/evaluate.py's.
 """
@@ -45,6 +49,7 @@ from llmctl.model.load import base_identity, load_model
 from llmctl.model.lora import LORA_FILE, adapters_off, attach, is_adapter
 from llmctl.tokenizer.vocab import Vocab
 from llmctl.rl.config import RLConfig
+from llmctl.rl.controls import RunningMean, random_rewards, same_reference, shuffled_references
 from llmctl.rl.evaluate import HeldOut
 from llmctl.rl.grpo import (advantages, aggregate, clipped_surrogate, importance_weights, kl_estimate, per_token_loss,
                             rloo_advantages)
@@ -57,8 +62,10 @@ from llmctl.torchrt.rundir import TRAINING_RUN, RunDir
 
 
 # per-sample numbers every rank shares after each draw (rl/trainer.py's all-reduced table)
-COLUMNS = ("reward", "correct", "length", "truncated", "masked", "verifier_reward", "rm_score")
-REWARD, CORRECT, LENGTH, TRUNCATED, MASKED, VERIFIER_REWARD, RM_SCORE = range(len(COLUMNS))
+# real_reward: against the prompt's own reference (reward differs from it in a control run); judged: a
+# verdict on correctness (`correct` is not None), so a wrong answer is judged and not correct
+COLUMNS = ("reward", "correct", "length", "truncated", "masked", "verifier_reward", "rm_score", "real_reward", "judged")
+REWARD, CORRECT, LENGTH, TRUNCATED, MASKED, VERIFIER_REWARD, RM_SCORE, REAL_REWARD, JUDGED = range(len(COLUMNS))
 
 
 class RLTrainer:
@@ -114,7 +121,8 @@ class RLTrainer:
         # held-out prompts are given in their own family's format, which need not be the training prompts'
         eval_prompter = Prompter(vocab, self.chat, eval_families, eval_file) if eval_prompts else None
         self.prompts_file, self.eval_file = prompts_file, eval_file
-        self.rollouts = RolloutWriter(self.out / "rollouts", self.prompts, d)
+        self.rollouts = RolloutWriter(self.out / "rollouts", self.prompts, d, control=cfg.control != "none")
+        self._control()
         self.reference = None
         if cfg.kl != "none":  # under LoRA the reference is the model with its adapters off: no second copy
             self.reference = self.model if cfg.lora else copy.deepcopy(self.model).eval().requires_grad_(False)
@@ -132,6 +140,23 @@ class RLTrainer:
             self.scorer = load_reward_model(cfg.reward_model, self.device)
             self.on_log(f"reward: {cfg.verifier_coef:g} × the {cfg.verifier} verifier + {cfg.reward_model_coef:g} × "
                         f"the reward model {self.scorer.path}")
+
+    def _control(self) -> None:
+        """--control (rl/controls.py): the references prompts are scored against (shuffled-answers), or
+        the real reward's running mean, kept in the trainer state so that a resumed run goes on from it."""
+        c = self.cfg
+        saved = self.state.get("control", "none") if self.state["step"] else c.control  # "none": a run from before controls
+        if saved != c.control:  # a run is a control or not from its first step to its last
+            raise UsageError(f"--resume: {self.out} is a run with control {saved}, not {c.control} (--control {saved})")
+        self.state["control"] = c.control
+        self.scored_against, self.running = None, None
+        if c.control == "shuffled-answers":
+            if len(self.prompts) < 2:
+                raise UsageError(f"rl: --control shuffled-answers scores each prompt against another's reference; "
+                                 f"{self.prompts_file} holds {len(self.prompts)} prompt")
+            self.scored_against = [self.prompts[k]["reference"] for k in shuffled_references(len(self.prompts), c.seed)]
+        elif c.control == "random-reward":
+            self.running = RunningMean(self.state.setdefault("real_reward_running", {}))
 
     def _lora(self, init: str, ck, resume: bool) -> dict:
         """--lora-*: a fresh run attaches adapters to the (merged) start model; a resumed one has
@@ -184,7 +209,7 @@ class RLTrainer:
         lo = d.rank * share  # this rank's slots in every draw
         params = c.sampling(self.prompter.stop)
         engine = self.prompter.engine(self.model, c.engine_config())
-        tables, mine, kept, zero_var = [], {}, [], 0
+        tables, mine, kept, zero_var, rate = [], {}, [], 0, None
         self.model.eval()
         for draw in range(c.max_draws if c.dynamic_sampling else 1):
             start = self.state["prompt_position"]
@@ -193,18 +218,23 @@ class RLTrainer:
             idx = self._prompt_indices(positions.start, share)
             seeds = [row_seed(c.seed, step, p) for p in positions]  # a prompt's samples: the same on any rank
             groups = sample_groups(engine, self.prompter, self.prompts, idx, G, params, self.verifier, c.truncated, seeds,
-                                   self.scorer, (c.verifier_coef, c.reward_model_coef))
+                                   self.scorer, (c.verifier_coef, c.reward_model_coef), self.scored_against)
             table = np.zeros((P, G, len(COLUMNS)))
             for k, g in enumerate(groups):
                 table[lo + k] = [[s.reward, bool(s.correct), len(s.completion_ids), s.truncated, s.masked,
-                                  s.verifier_reward, s.rm_score or 0.0] for s in g]
+                                  s.verifier_reward, s.rm_score or 0.0, s.real_reward, s.correct is not None] for s in g]
                 mine[(draw, lo + k)] = g
             # every rank's numbers, exact (float64 sums of one value and zeros)
             table = np.array(distributed.all_reduce_sum(table.ravel().tolist(), d)).reshape(table.shape)
+            if self.running is not None:  # --control random-reward: every rank draws the same from the same table
+                rate = min(1.0, max(0.0, self.running.add(table[..., REAL_REWARD], table[..., MASKED] == 0)))
+                table[..., REWARD] = random_rewards(rate, c.seed, step, range(start, start + P), G)
+                for k, g in enumerate(groups):
+                    for s, r in zip(g, table[lo + k, :, REWARD]):
+                        s.reward = float(r)
             tables.append(table)
             for slot, row in enumerate(table):
-                rewards = row[row[:, MASKED] == 0, REWARD]
-                flat = len(rewards) < 2 or rewards.max() == rewards.min()
+                flat = _flat(row, REWARD)
                 zero_var += flat
                 if not (c.dynamic_sampling and flat):
                     kept.append((draw, slot))
@@ -222,6 +252,17 @@ class RLTrainer:
                 "truncation_rate": float(np.mean(every[:, TRUNCATED])),
                 "masked_share": float(np.mean(every[:, MASKED])),
                 "generated_tokens": int(every[:, LENGTH].sum())}
+        # what the verdicts look like: mean lengths of correct and of wrong (judged, not correct) samples,
+        # and the share of the trained groups in which the real reward (against the true references) is
+        # flat — the trained reward never is under dynamic sampling, a control's may be
+        correct, wrong = every[:, CORRECT] == 1, (every[:, JUDGED] == 1) & (every[:, CORRECT] == 0)
+        info["length_correct"] = float(np.mean(every[correct, LENGTH])) if correct.any() else None
+        info["length_wrong"] = float(np.mean(every[wrong, LENGTH])) if wrong.any() else None
+        info["zero_variance_kept"] = float(np.mean([_flat(row, REAL_REWARD) for row in kept_table])) if len(kept_table) else None
+        if c.control != "none":  # what was trained on (reward_mean) against what the real reward would have been
+            info["real_reward_mean"] = float(np.mean(every[:, REAL_REWARD]))
+        if rate is not None:  # the Bernoulli rate of the step's last draw
+            info["random_reward_p"] = rate
         if self.scorer is not None:  # the reward's two parts, apart
             info["verifier_reward_mean"] = float(np.mean(every[:, VERIFIER_REWARD]))
             info["rm_score_mean"] = float(np.mean(every[:, RM_SCORE]))
@@ -350,6 +391,13 @@ class RLTrainer:
         with self.run_dir.metrics(self.state["step"]) as metrics:
             last_eval = self._loop(metrics)
         counts = {"steps": self.state["step"], "prompts_drawn": self.state["prompt_position"]}
+        if c.control != "none":  # a control run says so in its manifest (lineage nodes carry counts)
+            counts["control"] = c.control
+            if self.running is not None:
+                counts["random_reward_p"] = round(self.running.mean(), 6)
+            if self.scored_against is not None:  # prompts whose stand-in reference equals their own
+                counts["shuffled_same_reference"] = sum(same_reference(ref, prompt["reference"])
+                                                        for ref, prompt in zip(self.scored_against, self.prompts))
         if hr := self.state.get("headroom"):
             counts.update({f"headroom_{k}": v for k, v in hr.items() if k not in ("temperature", "top_p")})
         if last_eval:
@@ -367,7 +415,7 @@ class RLTrainer:
             rec = self.held_out.step_zero(self.on_log)
             if "headroom" in rec:
                 self.state["headroom"] = rec["headroom"]  # kept in the checkpoints: a resumed run's manifest still has it
-            metrics.log(rec)
+            metrics.log({**rec, **self._control_field()})
         last_eval = None
         while self.state["step"] < c.steps:
             step = self.state["step"]
@@ -380,7 +428,7 @@ class RLTrainer:
             t3 = time.perf_counter()
             self.state["step"] += 1
             gen_tokens = info.pop("generated_tokens")
-            rec = {"step": self.state["step"], **{k: _logged(v) for k, v in {**info, **stats}.items()},
+            rec = {"step": self.state["step"], **self._control_field(), **{k: _logged(v) for k, v in {**info, **stats}.items()},
                    "groups_trained": len(kept_table), "generate_s": round(t1 - t0, 3), "score_s": round(t2 - t1, 3),
                    "train_s": round(t3 - t2, 3), "tokens_per_s": round(gen_tokens / max(1e-9, t3 - t0), 1)}
             self.rollouts.write(sampled, self.state["step"])
@@ -392,6 +440,10 @@ class RLTrainer:
                 self._checkpoint()
         return last_eval
 
+    def _control_field(self) -> dict:
+        """{"control": name} on every metrics line of a control run; nothing in a real one."""
+        return {"control": self.cfg.control} if self.cfg.control != "none" else {}
+
     def _checkpoint(self) -> None:
         # sampling is seeded by (seed, step, position) and prompts by (seed, position): no RNG state to carry
         state, extra = self.model.state_dict(), None
@@ -401,6 +453,12 @@ class RLTrainer:
         self.run_dir.checkpoint(self.state["step"], self.model.cfg, state,
                                 {**self.state, "seed": self.cfg.seed}, optimizer_state=self.opt.state_dict(),
                                 tokenizer_file=self.tokenizer_file, keep_last=self.cfg.keep_checkpoints, extra_json=extra)
+
+
+def _flat(row: np.ndarray, column: int) -> bool:
+    """A group whose unmasked samples' values in `column` are all equal (or fewer than 2): no advantage."""
+    values = row[row[:, MASKED] == 0, column]
+    return bool(len(values) < 2 or values.max() == values.min())
 
 
 def _logged(v):
