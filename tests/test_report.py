@@ -272,3 +272,124 @@ def test_spikes_and_skipped_steps_from_the_run_that_had_them(stability_tokens, t
     table = next(t for t in s["train"].tables if t.caption.startswith("loss spikes"))
     assert table.rows == [[r["step"], r["loss"], r["spike"], True] for r in spiked] and [r[0] for r in table.rows] == [15]
     assert s["train"].facts["spike-skipped steps"] == m.counts["spike_skipped_steps"] == 1
+
+
+# --- what an rl gain is made of (issue 34): controls beside the run, sampled evals, the sentence ---
+
+@pytest.fixture(scope="module")
+def gained(demo):
+    """The demo fixture's rl run with, beside it, its two control runs (same tiny settings) and their
+    greedy evals, and 4-sample evals of the SFT and RL models; reported after the demo's own report
+    was written, so the tests above see the folder as it was."""
+    d = demo
+    gsm = ["-t", f"gsm8k:{d / 'arithmetic.jsonl'}", "--max-new-tokens", "8", "-q"]
+    for control in ("random-reward", "shuffled-answers"):
+        llmctl("rl", d / "sft", "--prompts", TASKS / "arithmetic-train.jsonl", "--eval", d / "arithmetic.jsonl", "-o", d / f"rl-{control}",
+               "--config", "arith", "--steps", "2", "--prompts-per-step", "2", "-G", "4", "--max-new-tokens", "8",
+               "--headroom-limit", "4", "--control", control, "-q", check=True)
+        llmctl("eval", d / f"rl-{control}", "-o", d / f"eval-rl-{control}", *gsm, check=True)
+    for m in ("sft", "rl"):
+        llmctl("eval", d / m, "-o", d / f"eval-{m}-k4", *gsm, "-n", "4", "--temperature", "1.0", "--seed", "3", check=True)
+    llmctl("report", d / "rl", "-o", d / "report-gain", check=True)
+    return d
+
+
+def counts(ev: Path) -> dict[int, dict]:
+    return {r["item"]: r for r in pq.read_table(ev / "samples.parquet").to_pylist()}
+
+
+def paired_mean(a: dict, b: dict, f) -> float:
+    return statistics.fmean(f(a[i]) - f(b[i]) for i in a)
+
+
+def test_rl_gain_split_and_pass_at_k_from_the_samples(gained):
+    d = gained
+    rl = sections(report_json(d / "report-gain"))["rl"]
+    # each eval's strict, flexible and well-formed scores, as results.json has them
+    for row in rows(rl, "strict (the task's answer rule)"):
+        t = json.loads((d / row[0] / "results.json").read_text())["tasks"][row[2]]["metrics"]
+        assert row[4:] == [t[k][f] for k in ("acc", "acc_flexible", "well_formed") for f in ("mean", "ci_low", "ci_high")]
+        assert row[1] == ("rl" if row[0].startswith("eval-rl") else "sft")
+    # the split of every run against the SFT model: mean paired differences of the per-item counts
+    made_of = rows(rl, "what the gain is made of")
+    assert {(r[0], r[1].split(" ")[0]) for r in made_of} == {
+        ("rl", "eval-rl"), ("rl", "eval-rl-k4"), ("rl-random-reward", "eval-rl-random-reward"), ("rl-shuffled-answers", "eval-rl-shuffled-answers")}
+    for r in made_of:
+        ev = r[1].split(" ")[0]
+        a, b = counts(d / ev), counts(d / ("eval-sft-k4" if ev.endswith("-k4") else "eval-sft"))
+        f = {"strict (headline)": lambda x: x["correct"] / x["samples"], "format: well-formed share": lambda x: x["well_formed"] / x["samples"],
+             "content: flexible accuracy": lambda x: x["correct_flexible"] / x["samples"]}.get(r[2])
+        if f is None:  # strict among the items well-formed in both
+            both = [i for i in a if a[i]["well_formed"] and b[i]["well_formed"]]
+            assert r[3] == len(both)
+            if len(both) > 1:
+                assert r[6] == pytest.approx(statistics.fmean(a[i]["correct"] / a[i]["well_formed"] - b[i]["correct"] / b[i]["well_formed"] for i in both))
+            continue
+        assert r[3] == len(a) == 20 and r[6] == pytest.approx(paired_mean(a, b, f))
+    # pass@k, k = 1 … 4: the unbiased estimator 1 - C(n-c, k)/C(n, k), averaged over the problems
+    from math import comb
+    a, b = counts(d / "eval-rl-k4"), counts(d / "eval-sft-k4")
+    curve = rows(rl, "pass@k")
+    assert [r[0] for r in curve] == [1, 2, 3, 4]
+    for k, sft, rl_, gain, *_ in curve:
+        est = {name: statistics.fmean(1 - comb(x["samples"] - x["correct"], k) / comb(x["samples"], k) for x in c.values())
+               for name, c in (("sft", b), ("rl", a))}
+        assert (sft, rl_, gain) == pytest.approx((est["sft"], est["rl"], est["rl"] - est["sft"]))
+    assert any(Path(f["file"]).name == "pass_at_k_eval-rl-k4.png" for f in rl["figures"])
+    assert (d / "report-gain" / "img" / "rl" / "pass_at_k_eval-rl-k4.png").stat().st_size > 1000
+
+
+def test_rl_controls_beside_the_run_and_the_sentence(gained, tmp_path):
+    d = gained
+    rl = sections(report_json(d / "report-gain"))["rl"]
+    table = rows(rl, "the real run and its controls")
+    assert [r[:3] for r in table] == [["rl", "none", 0], ["rl-random-reward", "random-reward", 0], ["rl-shuffled-answers", "shuffled-answers", 0]]
+    real = counts(d / "eval-rl")
+    for r in table:
+        m = manifest(d / r[0])
+        assert r[3] == m["counts"]["eval_accuracy"]
+        ev = counts(d / f"eval-{r[0]}")
+        assert r[4] == pytest.approx(paired_mean(ev, counts(d / "eval-sft"), lambda x: x["score"]))
+        if r[0] != "rl":  # the real run's lead over the control, paired on the same problems
+            assert r[7] == pytest.approx(paired_mean(real, ev, lambda x: x["score"]))
+        last = [json.loads(x) for x in (d / r[0] / "metrics.jsonl").read_text().splitlines() if "reward_mean" in x][-1]
+        assert r[10:] == [last["reward_mean"], last.get("real_reward_mean", last["reward_mean"])]
+    said = next(n for n in rl["notes"] if n.startswith("What the gain is made of"))
+    strict = next(r for r in rows(rl, "what the gain is made of") if r[:3] == ["rl", "eval-rl (greedy) − eval-sft (greedy)", "strict (headline)"])
+    assert f"{100 * strict[6]:+.1f} points [{100 * strict[7]:+.1f}, {100 * strict[8]:+.1f}]" in said
+    assert "The random-reward control moved" in said and "The shuffled-answers control moved" in said
+    # the evals of the controls are theirs, not the lineage's: the eval section does not list them
+    assert not any("random-reward" in s for s in sections(report_json(d / "report-gain"))["eval"]["sources"])
+    # without discovery, a control and the evals come in only when named
+    named = write_report(d / "rl", tmp_path / "a", discover=False, controls=[str(d / "rl-random-reward")],
+                         evals=[str(d / e) for e in ("eval-sft", "eval-rl", "eval-rl-random-reward")])
+    r = next(s for s in named.report.sections if s.key == "rl")
+    assert [row[0] for row in next(t for t in r.tables if t.caption.startswith("the real run and its controls")).rows] == ["rl", "rl-random-reward"]
+
+
+def test_report_control_flag_errors_are_one_line(gained, tmp_path):
+    d = gained
+    for bad in (d / "rl", d / "eval-rl", tmp_path):  # not a control run, not an rl run, not an artifact
+        p = llmctl("report", d / "rl", "-o", tmp_path / "r", "--control", bad)
+        err = p.stderr.decode().strip()
+        assert p.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_the_sentence_follows_the_intervals():
+    from llmctl.report.sections.rl_gain import sentence
+
+    def part(diff, half=0.05, n=100):
+        return {"n": n, "diff": diff, "ci_low": diff - half, "ci_high": diff + half}
+
+    class Ev:  # what the sentence reads of the eval it names
+        task, label = "gsm8k:x", "eval-rl (greedy)"
+
+    def said(strict, fmt, content, given):
+        return sentence("rl", "sft", (Ev, Ev, {"strict": part(strict), "format": part(fmt), "content": part(content),
+                                               "strict_given_format": part(given)}), [])
+    assert "the gain is format:" in said(0.3, 0.5, 0.3, 0.0) and "no more often" in said(0.3, 0.5, 0.3, 0.0)
+    assert "the gain is format and content" in said(0.3, 0.3, 0.3, 0.2)
+    assert "the gain is content" in said(0.2, 0.0, 0.2, 0.2)
+    assert "no gain its interval can tell from zero" in said(0.01, 0.3, 0.0, 0.0)
+    assert "a loss" in said(-0.2, -0.3, -0.2, 0.0)
+    assert "+30.0 points [+25.0, +35.0]" in said(0.3, 0.5, 0.3, 0.0)

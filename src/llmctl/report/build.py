@@ -39,17 +39,19 @@ class Written:
     figures: int
 
 
-def write_report(path: str | Path, out: str | Path, evals: list[str] | None = None, discover: bool = True) -> Written:
+def write_report(path: str | Path, out: str | Path, evals: list[str] | None = None, discover: bool = True,
+                 controls: list[str] | None = None) -> Written:
     """The report of `path` in folder `out` (created; a previous report there, finished or not, is
     replaced; any other non-empty folder or an artifact is refused). `evals`: eval results to
-    include by name; `discover`: also the evals beside the lineage's artifacts that measured one of
-    its runs (report/collect.py)."""
+    include by name; `controls`: rl control runs to set beside the lineage's rl run; `discover`:
+    also the evals beside the lineage's artifacts that measured one of its runs, and the control
+    runs beside its rl runs (report/collect.py)."""
     if str(out) == "-":
         raise UsageError("a report is a folder (report.md, index.html, report.json, img/); -o - names none")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"output {out} exists and is not a directory; give the report its own folder")
-    lineage = collect(path, evals, discover)
+    lineage = collect(path, evals, discover, controls)
     with output_lock(out):
         if has_manifest(out):
             raise UsageError(f"{out} is an artifact; give the report its own folder")
@@ -59,7 +61,7 @@ def write_report(path: str | Path, out: str | Path, evals: list[str] | None = No
         # a kill's hidden temporaries (the run file's own, first) are not someone's files
         if recorded is None and [e for e in entries(out) if not is_temp(e)] and not (out / "report.json").is_file():
             raise UsageError(f"{out} is not empty and holds no earlier report; give the report its own folder")
-        ident = run_identity("report", {"evals": evals or [], "discover": discover}, [input_ref(path)])
+        ident = run_identity("report", {"evals": evals or [], "controls": controls or [], "discover": discover}, [input_ref(path)])
         start(out, ident, OWN, keep_others=True)  # an earlier report's files go, anything beside them stays
         sections = build_sections(lineage, Images(out))
         report = Report(str(lineage.root), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), __version__, sections)

@@ -42,3 +42,17 @@ def funnel(path: Path, steps: list[str], docs_pct: list[float], chars_pct: list[
     save_figure(fig, ax, path, "filter funnel", "", "% of the input", False, legend=True)
     plt.close(fig)
     return path
+
+
+def curves(path: Path, series: dict[str, tuple[list, list, list, list]], title: str, xlabel: str, ylabel: str) -> Path:
+    """One line per series (x, y, low, high) with its interval shaded; x on a log-2 axis (pass@k's k)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for label, (x, y, lo, hi) in series.items():
+        ax.plot(x, y, "o-", markersize=3, label=label)
+        ax.fill_between(x, lo, hi, alpha=0.2)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())  # 1, 2, 4 … rather than 2^0, 2^1 …
+    save_figure(fig, ax, path, title, xlabel, ylabel, False, legend=True)
+    plt.close(fig)
+    return path

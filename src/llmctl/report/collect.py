@@ -10,6 +10,11 @@ Evals are not in a model's lineage: they point at the model, not the other way r
 in two ways: named (`--eval DIR`), or found — an eval artifact in a folder beside any artifact of
 the lineage (the demo's out/demo/eval-rl beside out/demo/rl) whose inputs name a run of the
 lineage. A found eval of some other model is not taken.
+
+Control runs (`llmctl rl --control`) are not in the lineage either: they sit beside the real run.
+An rl run of the lineage takes as its controls the rl control runs in its own folder that started
+from the same model, and those named (`--control DIR`); the evals of a control are found in its
+own folder (or named with `--eval`), the same way.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ class Lineage:
     artifacts: list[Artifact]  # inputs before the artifacts made from them; the root last
     raw_inputs: list[dict] = field(default_factory=list)  # `inputs` entries that are plain files (WARCs, JSONL)
     evals: list[Artifact] = field(default_factory=list)
+    controls: list[Artifact] = field(default_factory=list)  # rl control runs of the lineage's rl runs
+    control_evals: list[Artifact] = field(default_factory=list)  # the evals that measured one of them
 
     def stage(self, *names: str) -> list[Artifact]:
         return [a for a in self.artifacts if a.stage in names]
@@ -71,9 +78,11 @@ def artifact_of(ref: dict) -> Path | None:
     return None
 
 
-def collect(root: str | Path, evals: list[str] | None = None, discover: bool = True) -> Lineage:
+def collect(root: str | Path, evals: list[str] | None = None, discover: bool = True,
+            controls: list[str] | None = None) -> Lineage:
     """The lineage of `root`, oldest first, with the evals named in `evals` and (`discover`) those
-    found beside it. UsageError when `root` or a named eval is not an artifact."""
+    found beside it, and the control runs of its rl runs (named in `controls`, and found beside
+    them). UsageError when `root`, a named eval or a named control is not what it is said to be."""
     root = Path(root)
     if not has_manifest(root):
         raise UsageError(f"{root} is not an artifact (no {MANIFEST})")
@@ -106,23 +115,67 @@ def collect(root: str | Path, evals: list[str] | None = None, discover: bool = T
         if m.kind != "eval":
             raise UsageError(f"--eval {e}: a {m.kind} artifact, not eval results")
         found[p.resolve()] = Artifact(p, m)
-    if discover:
-        for folder in sorted({a.path.parent for a in order}):
-            for p in sorted(folder.iterdir()):
-                if p.resolve() in found or not has_manifest(p):
-                    continue
-                try:
-                    m = read_manifest(p)
-                except UsageError:
-                    continue  # a damaged neighbour is not this report's business
-                if m.kind == "eval" and any((q := artifact_of(ref)) is not None and q.resolve() in runs for ref in m.inputs):
-                    found[p.resolve()] = Artifact(p, m)
-    lineage.evals = sorted(found.values(), key=lambda a: (a.manifest.created, str(a.path)))
+    lineage.controls = _controls(lineage, controls or [], discover)
+    measured = {c.path.resolve() for c in lineage.controls}
+    if discover:  # evals of the lineage's runs beside its artifacts, evals of a control beside it
+        for folders, models in (({a.path.parent for a in order}, runs), ({c.path.parent for c in lineage.controls}, measured)):
+            for folder in sorted(folders):
+                for p in sorted(folder.iterdir()):
+                    ev = None if p.resolve() in found else _artifact_at(p)
+                    if ev is not None and ev.kind == "eval" and _measures(ev, models):
+                        found[p.resolve()] = ev
+    by_age = sorted(found.values(), key=lambda a: (a.manifest.created, str(a.path)))
+    lineage.evals = [a for a in by_age if not _measures(a, measured) or _measures(a, runs)]
+    lineage.control_evals = [a for a in by_age if _measures(a, measured)]
     return lineage
 
 
+def _artifact_at(p: Path) -> Artifact | None:
+    """The artifact in folder p, None when p is none or its manifest is damaged (a damaged neighbour
+    is not this report's business)."""
+    if not has_manifest(p):
+        return None
+    try:
+        return Artifact(p, read_manifest(p))
+    except UsageError:
+        return None
+
+
+def _measures(ev: Artifact, runs: set[Path]) -> bool:
+    return any((q := artifact_of(ref)) is not None and q.resolve() in runs for ref in ev.manifest.inputs)
+
+
+def is_control(a: Artifact) -> bool:
+    return a.stage == "rl" and a.manifest.config.get("control", "none") != "none"
+
+
+def _controls(lineage: Lineage, named: list[str], discover: bool) -> list[Artifact]:
+    """The control runs of the lineage's real rl runs: named ones (each must be an rl control run
+    that started from the model one of them started from) and, with `discover`, those in the
+    folder of a real run that started from its model."""
+    real = [a for a in lineage.stage("rl") if not is_control(a)]
+    starts = {s.resolve() for a in real if (s := model_of(a)) is not None}
+    out: dict[Path, Artifact] = {}
+    for c in named:
+        p = Path(c)
+        a = Artifact(p, read_manifest(p))  # UsageError when not an artifact
+        if not is_control(a):
+            raise UsageError(f"--control {c}: not a control run (an `llmctl rl --control random-reward|shuffled-answers` output)")
+        if (s := model_of(a)) is None or s.resolve() not in starts:
+            raise UsageError(f"--control {c}: started from {s or 'no run'}, not from the model the lineage's rl run started from")
+        out[p.resolve()] = a
+    for r in real if discover else []:
+        start = model_of(r)
+        for p in sorted(r.path.parent.iterdir()):
+            a = None if p.resolve() in out or start is None else _artifact_at(p)
+            if a is not None and is_control(a) and (s := model_of(a)) is not None and s.resolve() == start.resolve():
+                out[p.resolve()] = a
+    return list(out.values())
+
+
 def model_of(ev: Artifact) -> Path | None:
-    """The run an eval artifact measured (its checkpoint's run), when its inputs name one."""
+    """The run an artifact's inputs name: the model an eval measured (its checkpoint's run), the
+    model an rl run started from; None when they name none."""
     for ref in ev.manifest.inputs:
         p = artifact_of(ref)
         if p is not None and has_manifest(p) and read_manifest(p).kind == "run":

@@ -2,7 +2,8 @@
 interval, entropy, length, share of zero-variance groups), the held-out evaluations and headroom it
 logged, and a few sampled completions of its first and last step (rollouts/step-*.parquet, in
 their stored order: the best-rewarded completion of each of the first groups, so the table shows
-several prompts) with their rewards."""
+several prompts) with their rewards; and what its gain is made of, beside its control runs
+(rl_gain.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 
 from llmctl.report.collect import Artifact, Lineage
 from llmctl.report.page import Figure, Section, Table
+from llmctl.report.sections import rl_gain
 from llmctl.report.sections.common import Images, per_artifact
 from llmctl.train.plots import RL_CURVES, plot_run, read_metrics
 
@@ -18,15 +20,16 @@ MAX_CHARS = 400  # a completion is cut here in the table (the Parquet file has i
 
 
 def sections(lineage: Lineage, images: Images) -> list[Section]:
-    return per_artifact(lineage.stage("rl"), "rl", images, _fill)
+    return per_artifact(lineage.stage("rl"), "rl", images, lambda a, s, im: _fill(a, s, im, lineage))
 
 
-def _fill(a: Artifact, s: Section, images: Images) -> None:
+def _fill(a: Artifact, s: Section, images: Images, lineage: Lineage) -> None:
     m, c, cfg = a.manifest, a.manifest.counts, a.manifest.config
     steps, _ = read_metrics(a.path) if (a.path / "metrics.jsonl").is_file() else ([], [])
     trained = [r for r in steps if "reward_mean" in r]
     G = cfg.get("group_size")
     s.facts = {k: v for k, v in {
+        "control run": cfg.get("control") if cfg.get("control", "none") != "none" else None,
         "steps": c.get("steps"),
         "prompts drawn": c.get("prompts_drawn"),
         "prompts per step × group size": f"{cfg.get('prompts_per_step')} × {G}" if G else None,
@@ -56,6 +59,7 @@ def _fill(a: Artifact, s: Section, images: Images) -> None:
         titles = {name: t for name, t, *_ in RL_CURVES}
         for path in plot_run(a.path, folder):
             s.figures.append(Figure(images.rel(path), titles.get(path.name, path.stem)))
+    rl_gain.add(a, s, lineage, images)
     s.tables += _samples(a)
 
 
