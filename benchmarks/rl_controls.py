@@ -123,7 +123,8 @@ def main() -> None:
     lines = [
         "## rl controls", "",
         f"`make rl-controls` (= `.venv/bin/python benchmarks/rl_controls.py --demo {demo}"
-        + (f" --seeds {' '.join(map(str, args.seeds))}" if args.seeds != [0, 1, 2] else "") + "`) — "
+        + (f" --work {work}" if args.work else "") + (f" --seeds {' '.join(map(str, args.seeds))}" if args.seeds != [0, 1, 2] else "")
+        + (f" -k {args.k}" if args.k != 32 else "") + "`) — "
         f"{datetime.date.today().isoformat()}, {cpu_name()}, `nproc` = {os.cpu_count()}." + (f" {args.note}" if args.note else ""),
         "",
         f"From the demo's SFT model ({sft}): `llmctl rl --config arith` and its two controls on seeds "
@@ -143,6 +144,9 @@ def main() -> None:
               "| run | strict gain | format gain | content gain | strict among well-formed in both |", "|---|---|---|---|---|"]
     for name in names:
         lines.append(f"| {name} | " + " | ".join(spread([(g[s].get(name, {}).get(p) or {}).get("gain") for s in args.seeds]) for p in PARTS) + " |")
+    lines += ["", "What each control keeps: the arith preset pays a format bonus (`format_reward = 0.1`) for any answer "
+              "the verifier can read; `shuffled-answers` keeps it (the stand-in reference changes only which answer is "
+              "right), `random-reward` replaces the whole reward by its 0/1 draw, bonus included."]
     lines += ["", "What each seed's report says the gain is made of (its sentence, computed from these numbers):", ""]
     lines += [f"- seed {s}: " + next(n for n in rl_section(reports[s])["notes"] if n.startswith("What the gain is made of")).removeprefix("What the gain is made of: ")
               for s in args.seeds]

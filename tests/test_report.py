@@ -393,3 +393,28 @@ def test_the_sentence_follows_the_intervals():
     assert "no gain its interval can tell from zero" in said(0.01, 0.3, 0.0, 0.0)
     assert "a loss" in said(-0.2, -0.3, -0.2, 0.0)
     assert "+30.0 points [+25.0, +35.0]" in said(0.3, 0.5, 0.3, 0.0)
+
+
+def test_the_controls_clause_follows_the_intervals():
+    from types import SimpleNamespace
+
+    from llmctl.report.sections.rl_gain import sentence
+
+    def part(diff, half=0.05):
+        return {"n": 100, "diff": diff, "ci_low": diff - half, "ci_high": diff + half}
+
+    class Ev:
+        task, label = "gsm8k:x", "eval-rl (greedy)"
+
+    real = (Ev, Ev, {"strict": part(0.4), "format": part(0.5), "content": part(0.4), "strict_given_format": part(0.0)})
+
+    def clause(kind, gain, lead, bonus=0.0):
+        c = SimpleNamespace(manifest=SimpleNamespace(config={"control": kind, "format_reward": bonus}), path=Path(f"rl-{kind}"))
+        said = sentence("rl", "sft", real, [(c, (Ev, Ev, {"strict": part(gain)}, part(lead)))])
+        return said[said.index(f"The {kind} control"):]
+    assert "ignores the completions gives no gain here" in clause("random-reward", 0.0, 0.4)
+    assert "costs accuracy here" in clause("random-reward", -0.1, 0.5)
+    assert "gains as much as the real run" in clause("shuffled-answers", 0.38, 0.02, bonus=0.1)
+    assert "the format bonus, 0.1" in clause("shuffled-answers", 0.38, 0.02, bonus=0.1)
+    assert "gives part of the gain" in clause("shuffled-answers", 0.2, 0.2)
+    assert "does better than the real run" in clause("shuffled-answers", 0.5, -0.1)

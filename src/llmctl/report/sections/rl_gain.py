@@ -247,8 +247,9 @@ def sentence(name: str, start: str, split: tuple | None, controls: list[tuple[Ar
         if kind == "shuffled-answers" and bonus:
             what += f" (and the format bonus, {bonus:g}, for any readable answer)"
         text += f" The {kind} control moved strict accuracy {pts(cst)}, the real run's lead over it is {pts(over)}: " + (
-            f"{what} gives no gain here." if sign(cst) <= 0 and sign(over) > 0
-            else f"it gains as much as the real run: {what} teaches what the real reward does, so the gain does not need right answers." if sign(cst) > 0 and sign(over) == 0
+            f"{what} costs accuracy here." if sign(cst) < 0 and sign(over) > 0
+            else f"{what} gives no gain here." if sign(cst) == 0 and sign(over) > 0
+            else f"it gains as much as the real run — {what} teaches what the real reward does, so the gain does not need right answers." if sign(cst) > 0 and sign(over) == 0
             else f"{what} gives part of the gain; the real run's lead over it needs the right answers." if sign(cst) > 0 and sign(over) > 0
             else "the control does better than the real run." if sign(over) < 0
             else "neither its gain nor the real run's lead over it can be told from zero.")
