@@ -21,6 +21,22 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 HEAD = "# Benchmark results\n\nLatest figures of the scripts in this folder; see README.md for what they measure.\n"
 
 
+def llmctl(*args, threads: int | None = None) -> None:
+    """Run the product's CLI (`threads`: OMP_NUM_THREADS); SystemExit with its stderr's tail when it fails."""
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    p = subprocess.run([str(LLMCTL), *map(str, args)], env=env, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"llmctl {' '.join(map(str, args[:3]))} … failed:\n{p.stderr[-2000:]}")
+
+
+def once(out: Path, *args, threads: int | None = None) -> dict:
+    """`llmctl *args -o out` unless out already holds its finished output (a rerun makes only what
+    is missing); the output's manifest."""
+    if not (out / "manifest.json").exists():
+        llmctl(*args, "-o", out, "--overwrite", "-q", threads=threads)
+    return json.loads((out / "manifest.json").read_text())
+
+
 def write_results(name: str, section: str) -> None:
     """Replace (or append) the `## name` section of RESULTS.md, keeping the others as they are.
     The file is read right before it is written: each script rewrites only its own section."""

@@ -27,30 +27,16 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import LLMCTL, REPO, cpu_name, write_results  # noqa: E402
+from common import REPO, cpu_name, once, write_results  # noqa: E402
 
 from llmctl.eval.compare import compare_results  # noqa: E402
 
 TASKS = REPO / "examples" / "tasks"
 EVAL, PROMPTS = TASKS / "arithmetic.jsonl", TASKS / "arithmetic-train.jsonl"
-
-
-def llmctl(*args) -> None:
-    p = subprocess.run([str(LLMCTL), *map(str, args)], env={**os.environ}, capture_output=True, text=True)
-    if p.returncode:
-        raise SystemExit(f"llmctl {' '.join(map(str, args[:3]))} … failed:\n{p.stderr[-2000:]}")
-
-
-def once(out: Path, *args) -> dict:
-    """`llmctl *args -o out` unless out already holds its finished output; the manifest."""
-    if not (out / "manifest.json").exists():
-        llmctl(*args, "-o", out, "--overwrite", "-q")
-    return json.loads((out / "manifest.json").read_text())
 
 
 def evaluate(ckpt: Path, out: Path) -> Path:

@@ -27,30 +27,16 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import LLMCTL, REPO, cpu_name, write_results  # noqa: E402
+from common import REPO, cpu_name, llmctl, once, write_results  # noqa: E402
 
 TASKS = REPO / "examples" / "tasks"
 EVAL, PROMPTS = TASKS / "arithmetic.jsonl", TASKS / "arithmetic-train.jsonl"
 CONTROLS = ("random-reward", "shuffled-answers")
 GREEDY = ["-t", f"gsm8k:{EVAL}", "--max-new-tokens", 64]  # as the demo evaluates (Makefile, eval-%)
-
-
-def llmctl(*args) -> None:
-    p = subprocess.run([str(LLMCTL), *map(str, args)], env={**os.environ}, capture_output=True, text=True)
-    if p.returncode:
-        raise SystemExit(f"llmctl {' '.join(map(str, args[:3]))} … failed:\n{p.stderr[-2000:]}")
-
-
-def once(out: Path, *args) -> None:
-    """`llmctl *args -o out` unless out already holds its finished output."""
-    if not (out / "manifest.json").exists():
-        print(f"  llmctl {args[0]} … -o {out}", flush=True)
-        llmctl(*args, "-o", out, "--overwrite", "-q")
 
 
 def seed_runs(sft: Path, d: Path, seed: int, k: int) -> Path:

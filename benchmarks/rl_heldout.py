@@ -28,7 +28,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +36,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import LLMCTL, REPO, cpu_name, write_results  # noqa: E402
+from common import REPO, cpu_name, write_results  # noqa: E402
+from common import once as run_once  # noqa: E402
 
 from llmctl.eval.compare import compare_results  # noqa: E402
 
@@ -48,19 +48,9 @@ FINAL = re.compile(r"####\s*-?\d")
 RUN_SECONDS: list[float] = []  # wall seconds of every run the table uses, from their manifests
 
 
-def llmctl(*args, threads: int) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    p = subprocess.run([str(LLMCTL), *map(str, args)], env=env, capture_output=True, text=True)
-    if p.returncode:
-        raise SystemExit(f"llmctl {' '.join(map(str, args[:3]))} … failed:\n{p.stderr[-2000:]}")
-
-
 def once(out: Path, *args, threads: int) -> dict:
-    """`llmctl *args -o out` unless out already holds a finished run (--work keeps them, so a rerun
-    only makes what is missing); the run's manifest."""
-    if not (out / "manifest.json").exists():
-        llmctl(*args, "-o", out, "--overwrite", "-q", threads=threads)
-    m = json.loads((out / "manifest.json").read_text())
+    """common.once, keeping the run's wall seconds for the table."""
+    m = run_once(out, *args, threads=threads)
     RUN_SECONDS.append(m["wall_seconds"])
     return m
 
