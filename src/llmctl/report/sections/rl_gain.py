@@ -116,12 +116,13 @@ def add(a: Artifact, s: Section, lineage: Lineage, images: Images) -> None:
     controls = [c for c in lineage.controls if (m := model_of(c)) is not None and m.resolve() == start.resolve()]
     runs = [(a, own)] + [(c, pairs(scored(of(c.path)), start_scored)) for c in controls]
     lead = primary(own)
-    rows, splits = [], {}  # splits: run name -> (its eval, the start's, the split) of the pair that speaks for it
+    rows, splits = [], {}  # splits: run path -> (its eval, the start's, the split) of the pair that speaks for it
     for run, run_pairs in runs:
+        speaker = primary(run_pairs, lead[0].key)
         for m, b in run_pairs:
             split = strict_split(m, b)
-            if (m, b) == primary(run_pairs, lead[0].key):
-                splits[run.path.name] = (m, b, split)
+            if speaker is not None and m is speaker[0] and b is speaker[1]:
+                splits[run.path] = (m, b, split)
             for key, name in PARTS:
                 p = split.get(key)
                 if p is not None:
@@ -133,12 +134,12 @@ def add(a: Artifact, s: Section, lineage: Lineage, images: Images) -> None:
     if controls:
         s.tables.append(Table(["run", "control", "seed", "own held-out accuracy (last step)", "strict gain", "95% low", "95% high",
                                "real run's gain over it", "95% low", "95% high", "last-step reward", "last-step real reward"],
-                              [_run_row(run, splits.get(run.path.name), splits[a.path.name]) for run, _ in runs],
+                              [_run_row(run, splits.get(run.path), splits[a.path]) for run, _ in runs],
                               f"the real run and its controls: the same start, steps and compute; strict gain over {start.name} "
                               "(paired), and the real run's strict gain over each control (paired on the same items)"))
     _pass_at_k(a, s, own, start, images)
-    s.notes.append(sentence(a.path.name, start.name, splits.get(a.path.name),
-                            [(c, (*splits[c.path.name], lead_over(splits[a.path.name], splits[c.path.name])) if c.path.name in splits else None)
+    s.notes.append(sentence(a.path.name, start.name, splits.get(a.path),
+                            [(c, (*splits[c.path], lead_over(splits[a.path], splits[c.path])) if c.path in splits else None)
                              for c in controls]))
 
 
