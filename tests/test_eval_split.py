@@ -26,7 +26,7 @@ from conftest import llmctl
 from llmctl.eval.compare import compare_results
 from llmctl.eval.metrics import pass_at_k
 from llmctl.eval.runner import EvalConfig, run_eval
-from llmctl.eval.split import crossing
+from llmctl.eval.split import crossing, load_counts
 from llmctl.eval.tasks import TaskSpec
 from llmctl.model.generate import Engine
 from llmctl.model.sampling import Generation
@@ -283,3 +283,21 @@ def test_results_written_before_the_counts_compare_without_a_split(tmp_path):
     c = gen["pass_at_k"]
     assert c["K"] == 3 and [p["a"]["mean"] for p in c["curve"]] == pytest.approx([0.5, (1 + 0 + 1 + 2 / 3) / 4, 0.75])
     assert [p["b"]["mean"] for p in c["curve"]] == pytest.approx([1 / 3, 2 / 3, 1.0]) and c["cross_k"] == 3
+
+
+def test_the_counts_survive_a_task_before_them_in_one_eval(tiny, monkeypatch, tmp_path):
+    # a multiple-choice task first: samples.parquet keeps every task's columns, not the first row's
+    mc = tmp_path / "mc.jsonl"
+    mc.write_text("".join(json.dumps({"context": f"{i} +", "choices": [" 1", " 2"], "label": i % 2}) + "\n" for i in range(4)))
+    texts = [ending(k, t) for t, k in zip(tiny["targets"], B)]
+
+    def generate(self, prompts, params, use_cache=True, seeds=None, on_done=None):
+        return [Generation(prompt_ids=list(p), ids=[], text=x, finish="eos") for p, x in zip(prompts, texts)]
+
+    monkeypatch.setattr(Engine, "generate", generate)
+    run_eval(str(tiny["ck"]), [TaskSpec("mc", str(mc)), tiny["task"]], tmp_path / "r", EvalConfig(max_new_tokens=8, device="cpu"))
+    names = pq.read_schema(tmp_path / "r" / "samples.parquet").names
+    assert {"acc", "acc_norm", "correct", "correct_flexible", "well_formed", "samples"} <= set(names)
+    counts = load_counts(tmp_path / "r")["gsm8k:sums"]
+    assert [(c.correct, c.correct_flexible, c.well_formed) for c in counts.values()] == \
+        [({"WR": 1}.get(k, 0), int(k[1] == "R"), int(k[0] == "W")) for k in B]

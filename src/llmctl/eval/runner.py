@@ -282,8 +282,11 @@ def _score(ev: Evaluator, tasks: list[TaskSpec], out: Path, cfg: EvalConfig, ref
     # results.json and samples.parquet are in place before the manifest, which names them: until it
     # is written they are an unfinished eval's, which a re-run clears and no reader takes
     write_text(out / "results.json", json.dumps(doc, indent=2, default=float) + "\n")
+    # every task's columns: from_pylist alone would take the first row's keys (a loss task's three)
+    # and drop the multiple-choice and generative columns of the tasks after it
+    names = list(dict.fromkeys(k for row in samples for k in row))
     with atomic_path(out / "samples.parquet") as tmp:
-        pq.write_table(pa.Table.from_pylist(samples), tmp)
+        pq.write_table(pa.Table.from_pydict({k: [row.get(k) for row in samples] for k in names}), tmp)
     counts = {name: {k: round(v.get("mean", v.get("value", 0.0)), 6) for k, v in r["metrics"].items()} for name, r in results.items()}
     m = Manifest(kind="eval", stage="eval", config=asdict(cfg), inputs=refs,
                  outputs=[output_entry(out / "results.json", None, out), output_entry(out / "samples.parquet", len(samples), out)],
