@@ -15,16 +15,14 @@ pass@k curves of both (eval/split.py).
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 
 from llmctl.artifacts.manifest import MANIFEST, has_manifest
 from llmctl.errors import UsageError
-from llmctl.eval.metrics import is_binary, mcnemar_counts, mcnemar_var, paired_gap, questions_needed
-from llmctl.eval.split import gain_split, load_counts, pass_curves
+from llmctl.eval.metrics import is_binary, mcnemar_counts, mcnemar_var, questions_needed
+from llmctl.eval.split import gain_split, load_counts, paired, pass_curves
 
-Z95 = 1.96
 REQUIRED_COLUMNS = ("task", "item", "score")
 
 
@@ -76,28 +74,21 @@ def compare_task(task: str, a: dict[int, float], b: dict[int, float], metric: st
     if len(common) < 2:
         raise UsageError(f"task {task!r}: {len(common)} item(s) scored in both runs; need at least 2")
     sa, sb = [a[i] for i in common], [b[i] for i in common]
-    n = len(common)
-    diff, se, z = paired_gap(sa, sb)
+    gap = paired(sa, sb)  # n, mean_a, mean_b, diff, se, z, ci_low, ci_high
     binary = is_binary(sa) and is_binary(sb)
     var_d = mcnemar_var(sa, sb) if binary else statistics.variance([x - y for x, y in zip(sa, sb)])
     counts = mcnemar_counts(sa, sb) if binary else dict.fromkeys(("a_only", "b_only", "both", "neither"))
     return {
         "task": task,
         "metric": metric,
-        "n": n,
+        "n": gap["n"],
         "only_a": len(a.keys() - b.keys()),
         "only_b": len(b.keys() - a.keys()),
-        "mean_a": math.fsum(sa) / n,
-        "mean_b": math.fsum(sb) / n,
-        "diff": diff,
-        "se": se,
-        "z": z,
-        "ci_low": diff - Z95 * se,
-        "ci_high": diff + Z95 * se,
+        **{k: gap[k] for k in ("mean_a", "mean_b", "diff", "se", "z", "ci_low", "ci_high")},
         "binary": binary,
         **counts,
         "var_d": var_d,
-        "questions_needed": questions_needed(var_d, diff) if diff != 0 else None,
+        "questions_needed": questions_needed(var_d, gap["diff"]) if gap["diff"] != 0 else None,
     }
 
 

@@ -33,7 +33,10 @@ def is_binary(xs: Iterable[float]) -> bool:
 # A single score (§A11 "Single score")
 
 
-def wilson_interval(a: float, n: int, z: float = 1.96) -> tuple[float, float]:
+Z95 = 1.96  # the normal quantile of a two-sided 95% interval
+
+
+def wilson_interval(a: float, n: int, z: float = Z95) -> tuple[float, float]:
     """Wilson score interval (§A11): (a + z²/2n ± z·sqrt(a(1-a)/n + z²/4n²)) / (1 + z²/n)."""
     z2 = z * z
     center = a + z2 / (2 * n)
@@ -42,7 +45,7 @@ def wilson_interval(a: float, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, (center - half) / denom), min(1.0, (center + half) / denom)
 
 
-def summarize_scores(scores: Sequence[float], z: float = 1.96, k_samples: int | None = None) -> dict:
+def summarize_scores(scores: Sequence[float], z: float = Z95, k_samples: int | None = None) -> dict:
     """Mean, standard error and interval of per-item scores (§A11).
 
     - 0/1 scores: Wald SE = sqrt(a(1-a)/n). The interval is Wald a ± z·SE for n ≥ 100, and Wilson

@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmctl.errors import UsageError
-from llmctl.eval.metrics import paired_gap, pass_at_k, summarize_scores
+from llmctl.eval.metrics import Z95, paired_gap, pass_at_k, summarize_scores
 
-Z95 = 1.96
 GEN_COLUMNS = ("task", "item", "samples", "correct", "correct_flexible", "well_formed")
 
 
@@ -80,6 +79,12 @@ def paired(a: list[float], b: list[float]) -> dict:
     diff, se, z = paired_gap(a, b)
     return {"n": n, "mean_a": math.fsum(a) / n, "mean_b": math.fsum(b) / n, "diff": diff, "se": se, "z": z,
             "ci_low": diff - Z95 * se, "ci_high": diff + Z95 * se}
+
+
+def strict_gain(a: dict[int, Counts], b: dict[int, Counts]) -> dict:
+    """`paired` A − B of the strict accuracy (correct / K) over the items both runs scored."""
+    common = sorted(a.keys() & b.keys())
+    return paired([a[i].correct / a[i].samples for i in common], [b[i].correct / b[i].samples for i in common])
 
 
 def gain_split(a: dict[int, Counts], b: dict[int, Counts]) -> dict | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmctl.errors import UsageError
-from llmctl.eval.split import Counts, gain_split, load_counts, paired, pass_curves
+from llmctl.eval.split import Counts, gain_split, load_counts, pass_curves, strict_gain
 from llmctl.report import charts
 from llmctl.report.collect import Artifact, Lineage, is_control, model_of
 from llmctl.report.page import Figure, Section, Table
@@ -90,10 +90,7 @@ def primary(run_pairs: list[tuple[Scored, Scored]], key: tuple | None = None) ->
 
 def strict_split(a: Scored, b: Scored) -> dict:
     """gain_split plus the strict (headline) accuracy's own paired gain, over the items both scored."""
-    common = sorted(a.counts.keys() & b.counts.keys())
-    out = {"strict": paired([a.counts[i].correct / a.counts[i].samples for i in common],
-                            [b.counts[i].correct / b.counts[i].samples for i in common])}
-    return {**out, **(gain_split(a.counts, b.counts) or {})}
+    return {"strict": strict_gain(a.counts, b.counts), **(gain_split(a.counts, b.counts) or {})}
 
 
 def add(a: Artifact, s: Section, lineage: Lineage, images: Images) -> None:
@@ -152,9 +149,7 @@ def lead_over(real: tuple | None, control: tuple | None) -> dict:
     evals are not of one task)."""
     if real is None or control is None or real[0].task != control[0].task:
         return {}
-    common = sorted(real[0].counts.keys() & control[0].counts.keys())
-    return paired([real[0].counts[i].correct / real[0].counts[i].samples for i in common],
-                  [control[0].counts[i].correct / control[0].counts[i].samples for i in common])
+    return strict_gain(real[0].counts, control[0].counts)
 
 
 def _run_row(run: Artifact, mine: tuple | None, real: tuple) -> list:
