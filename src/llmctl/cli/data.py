@@ -125,7 +125,16 @@ def dedup(
     max_line_count: Annotated[Optional[int], typer.Option("--max-line-count", min=1, help="With --lines: keep a line seen at most this many times (default 6).")] = None,
     keep: Annotated[Optional[str], typer.Option("--keep", help="Survivor of a cluster: first | earliest (by date) | max:COLUMN (e.g. max:quality_score).")] = None,
     partitions: Annotated[Optional[int], typer.Option("--partitions", min=1, help="Split each key family into this many hash partitions (less memory per task).")] = None,
-    keep_rejected: Annotated[Optional[bool], typer.Option("--keep-rejected", help="Write removed rows to OUT/rejected/ with reason and dup_of (the survivor's id).")] = None,
+    substring: Annotated[Optional[bool], typer.Option("--substring", help="Cut every span of >= --min-len units seen earlier in the corpus (Lee et al. 2022, suffix arrays); the first copy stays.")] = None,
+    min_len: Annotated[Optional[int], typer.Option("--min-len", min=1, help="With --substring: shortest repeat cut, in --unit (default 50).")] = None,
+    unit: Annotated[Optional[str], typer.Option("--unit", help="With --substring: tokens (GPT-2 pre-tokenizer pieces, the default) or bytes (UTF-8; cuts shrink to whole characters).")] = None,
+    memory: Annotated[Optional[str], typer.Option("--memory", help="With --substring: memory per task, e.g. 8G (default 4G); the corpus is cut into shards that fit it.")] = None,
+    reference: Annotated[Optional[list[str]], typer.Option("--reference", help="Docs seen before the input, never cut or written: spans repeating them are cut from the input (repeatable).")] = None,
+    sentences: Annotated[Optional[bool], typer.Option("--sentences", help="datatrove's sentence-span dedup: cut every window of --n-sentences sentences seen in an earlier document.")] = None,
+    n_sentences: Annotated[Optional[int], typer.Option("--n-sentences", min=1, help="With --sentences: sentences per window (default 3).")] = None,
+    min_doc_words: Annotated[Optional[int], typer.Option("--min-doc-words", min=0, help="With --substring/--sentences: drop a document cut below this many words (default 50; 0 keeps all).")] = None,
+    annotate_only: Annotated[Optional[bool], typer.Option("--annotate-only", help="With --substring/--sentences: fill removed_spans but cut nothing.")] = None,
+    keep_rejected: Annotated[Optional[bool], typer.Option("--keep-rejected", help="Write removed rows to OUT/rejected/ with reason and dup_of (the survivor's id); with span methods also each cut text (reason dedup.spans.cut).")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write the S-curve and cluster-size PNGs into this directory.")] = None,
     keep_work: Annotated[Optional[bool], typer.Option("--keep-work", help="Keep OUT/_work (signatures, pairs, clusters) after success.")] = None,
     *,
@@ -133,9 +142,11 @@ def dedup(
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """Remove duplicates: URL, exact text, frequent lines, MinHash near-duplicates.
+    """Remove duplicates: URL, exact text, frequent lines, MinHash near-duplicates, then repeated
+    spans inside the survivors (--substring, --sentences), in that order.
 
-    Kept rows get dup_cluster_id (the survivor's id) and dup_cluster_size."""
+    Kept rows get dup_cluster_id (the survivor's id) and dup_cluster_size; with a span method also
+    removed_spans, the UTF-8 byte ranges cut from the text as read."""
     from llmctl.config import build_config
     from llmctl.data.dedup.run import STAGE, DedupConfig, run_dedup
 
@@ -144,10 +155,12 @@ def dedup(
         DedupConfig,
         STAGE,
         config,
-        {"url": url, "exact": exact, "lines": lines, "minhash": minhash, "ngram": ngram, "bands": bands, "rows": rows, "max_line_count": max_line_count, "keep": keep, "partitions": partitions, "keep_rejected": keep_rejected, "keep_work": keep_work},
+        {"url": url, "exact": exact, "lines": lines, "minhash": minhash, "ngram": ngram, "bands": bands, "rows": rows, "max_line_count": max_line_count, "keep": keep, "partitions": partitions, "keep_rejected": keep_rejected, "keep_work": keep_work,
+         "substring": substring, "min_len": min_len, "unit": unit, "memory": memory, "reference": reference, "sentences": sentences,
+         "n_sentences": n_sentences, "min_doc_words": min_doc_words, "annotate_only": annotate_only},
     )
     m = run_dedup(inputs, output, cfg, run.options(), ConsoleProgress(quiet))
-    render.report(m, output, quiet, as_json, hide=("s_curve", "clusters"), rate_key="in")
+    render.report(m, output, quiet, as_json, hide=("s_curve", "clusters", "spans"), rate_key="in")
     if plot:
         from llmctl.data.dedup.plots import write_plots
 

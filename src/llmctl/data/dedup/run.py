@@ -12,9 +12,10 @@ phases, each persisted under OUT/_work/ and resumable:
 3. clusters  union-find over all edges, one survivor per cluster by the survivor rule, which
              method removed each document -> _work/clusters/NNNNN.npz per input file; frequent
              lines and the size histogram -> _work/clusters.npz
+   spans     --substring / --sentences: what to cut from the survivors (spans.py)
 4. filter    one task per input file, through the usual sharded driver: kept rows get
-             dup_cluster_id (the survivor's id) and dup_cluster_size; removed rows go to rejected/
-             with dup_of.
+             dup_cluster_id (the survivor's id) and dup_cluster_size, and the span methods' cuts
+             (removed_spans); removed rows go to rejected/ with dup_of.
 
 Document numbers are global (input order), so results are identical whatever --workers.
 """
@@ -25,14 +26,14 @@ import math
 import shutil
 import time
 import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from llmctl.artifacts.docs import DocsSource, STDIO, read_source, row_count
+from llmctl.artifacts.docs import DocsSource, STDIO, read_source, resolve_docs_inputs, row_count
 from llmctl.artifacts.docs_shard import ShardInput, ShardOutput
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.lock import output_lock
@@ -40,6 +41,8 @@ from llmctl.artifacts.manifest import Manifest, read_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
 from llmctl.data.dedup.normalize import normalize_url, normalized_codes
+from llmctl.data.dedup.spans import SPANS_TYPE, SpanCuts, sentences_phase, substring_phase, trim_top, unit_sources
+from llmctl.data.dedup.substring import UNITS, memory_bytes
 from llmctl.hashing import h64
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, run_tasks
@@ -69,10 +72,38 @@ class DedupConfig:
     partitions: int = 1
     keep_rejected: bool = False
     keep_work: bool = False  # keep OUT/_work after success (to inspect or time the phases)
+    # span methods (spans.py), after the document-level ones
+    substring: bool = False
+    min_len: int = 50  # Lee et al. 2022: 50 tokens
+    unit: str = "tokens"
+    memory: str = "4G"  # one substring task holds two shards; the shards are sized to fit this
+    reference: list[str] = field(default_factory=list)  # seen first, never cut, never written
+    sentences: bool = False
+    n_sentences: int = 3  # datatrove's SentenceDedup default
+    min_doc_words: int = 50  # datatrove's default: drop a document cut below this many words
+    annotate_only: bool = False
+
+    @property
+    def spans(self) -> bool:
+        return self.substring or self.sentences
+
+    @property
+    def memory_bytes(self) -> int:
+        return memory_bytes(self.memory)
 
     def check(self) -> None:
-        if not (self.url or self.exact or self.lines or self.minhash):
-            raise UsageError("choose at least one of --url, --exact, --lines, --minhash")
+        if not (self.url or self.exact or self.lines or self.minhash or self.spans):
+            raise UsageError("choose at least one of --url, --exact, --lines, --minhash, --substring, --sentences")
+        if self.min_len < 1 or self.n_sentences < 1 or self.min_doc_words < 0:
+            raise UsageError("--min-len and --n-sentences must be >= 1, --min-doc-words >= 0")
+        if self.unit not in UNITS:
+            raise UsageError(f"--unit must be one of {', '.join(UNITS)}, not {self.unit!r}")
+        try:
+            self.memory_bytes
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if (self.annotate_only or self.reference) and not self.spans:
+            raise UsageError("--annotate-only and --reference go with --substring or --sentences")
         if self.bands < 1 or self.rows < 1 or self.ngram < 1 or self.partitions < 1:
             raise UsageError("--bands, --rows, --ngram and --partitions must be >= 1")
         if not (self.keep in ("first", "earliest") or (self.keep.startswith("max:") and len(self.keep) > 4)):
@@ -323,6 +354,21 @@ class _Filter:
         return filter_shard(task, out, report, self.cfg)
 
 
+def _cut(row: dict, cuts: SpanCuts, i: int, text: str, cfg: DedupConfig, keep_rejected: bool) -> tuple[dict | None, dict | None]:
+    """A surviving row after the span methods: (the row to keep or None, a row for rejected/:
+    the whole document when the cut left it too short, else its cut text, or None)."""
+    new, spans, blame, removed = cuts.apply(i, text)
+    row["removed_spans"] = spans
+    if not spans or cfg.annotate_only:
+        return row, None
+    if blame is not None:
+        row["reason"] = f"dedup.{blame}"
+        return None, row
+    cut_text = {**row, "text": removed, "reason": "dedup.spans.cut"} if keep_rejected else None
+    row["text"] = new
+    return row, cut_text
+
+
 def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
     work = Path(task.payload["work"])
     with np.load(work / "clusters" / f"{task.index:05d}.npz") as z:  # this file's documents only
@@ -333,7 +379,9 @@ def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
     if inp.schema is None:  # the file does not open: nothing to write, the damage is counted
         return inp.stats([], {"in": 0, "out": 0})
     schema = inp.schema
-    for name, typ in (("dup_cluster_id", pa.string()), ("dup_cluster_size", pa.int64())):
+    new_cols = [("dup_cluster_id", pa.string()), ("dup_cluster_size", pa.int64())] + [("removed_spans", SPANS_TYPE)] * cfg.spans
+    cuts = SpanCuts(cfg, work, task.index, task.payload["n_refs"] + task.index) if cfg.spans else None
+    for name, typ in new_cols:
         if name not in schema.names:
             schema = schema.append(pa.field(name, typ))
     removed = {m: {"docs": 0, "chars": 0} for m in METHODS}
@@ -354,6 +402,13 @@ def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
                     row["reason"], row["dup_of"] = f"dedup.{m}", str(survivor_ids[i])
                     dropped.append(row)
                 else:
+                    if cuts is not None:
+                        kept_row, rejected_row = _cut(row, cuts, i, text, cfg, cfg.keep_rejected)
+                        dropped += [rejected_row] if rejected_row is not None else []
+                        if kept_row is None:
+                            i += 1
+                            continue
+                        text = row["text"] or ""
                     if len(frequent) and text:
                         lines = text.split("\n")
                         keep = [ln for ln in lines if not (ln.strip() and _is_frequent(h64(ln.strip()), frequent))]
@@ -368,7 +423,10 @@ def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
             n_out += len(kept)
             shard.write_rows(kept, dropped)
             report(batch.num_rows)
-    return inp.stats(shard.outputs, {"in": n_in, "out": n_out, "removed": removed, "lines": {"removed": lines_removed, "chars": line_chars}})
+    counts = {"in": n_in, "out": n_out, "removed": removed, "lines": {"removed": lines_removed, "chars": line_chars}}
+    if cuts is not None:
+        counts["spans"] = cuts.finish()
+    return inp.stats(shard.outputs, counts)
 
 
 def _is_frequent(h: int, frequent: np.ndarray) -> bool:
@@ -431,11 +489,17 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
         progress.finish()
 
         build_clusters(cfg, work, counts, pair_tasks)
+        references = _references(cfg)
+        if cfg.substring:
+            substring_phase(cfg, work, unit_sources(sources, references), opts.workers, progress, _phase)
+        if cfg.sentences:
+            sentences_phase(cfg, work, unit_sources(sources, references), opts.workers, progress, _phase)
 
-        filter_tasks = run.tasks(payload=lambda i, s: {"source": asdict(s), "first": firsts[i], "work": str(work)}, weights=counts)
+        filter_tasks = run.tasks(payload=lambda i, s: {"source": asdict(s), "first": firsts[i], "work": str(work), "n_refs": len(references)}, weights=counts)
 
         def finish(manifest: Manifest) -> None:  # in the manifest's one write, so a kill cannot split them
             manifest.counts.update(_report(cfg, work, counts))
+            trim_top(manifest.counts)
             manifest.wall_seconds = round(time.perf_counter() - t0, 3)  # all four phases
 
         manifest = run_sharded(
@@ -454,6 +518,14 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
         if not streaming and (Path(out) / "manifest.json").exists():
             _drop_work(work, cfg)
         return manifest
+
+
+def _references(cfg: DedupConfig) -> list[DocsSource]:
+    refs = resolve_docs_inputs(cfg.reference) if cfg.reference else []
+    bad = [r for r in refs if r.problem is not None]
+    if bad:
+        raise UsageError(f"--reference {bad[0].path}: {bad[0].problem}")
+    return refs
 
 
 def _drop_work(work: Path, cfg: DedupConfig) -> None:
