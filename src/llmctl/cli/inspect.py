@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -20,14 +20,19 @@ app = typer.Typer()
 def inspect(
     path: Annotated[str, typer.Argument(help="An artifact directory, Parquet/JSONL docs, WARC file(s), or '-'.")],
     samples: Annotated[int, typer.Option("--samples", "-n", help="Sample rows to show.")] = 3,
+    doc_id: Annotated[Optional[str], typer.Option("--id", help="Show this document whole, with the spans dedup cut from it (removed_spans) and their text where it is at hand.")] = None,
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
     """Show what PATH is: kind, schema, counts, a few sample rows (any artifact, docs or WARC)."""
-    from llmctl.data.inspect import inspect_path
+    from llmctl.data.inspect import document, inspect_path
 
     _, as_json = flags(quiet, json_)
     check_flags("inspect", samples=samples)
+    if doc_id is not None:
+        doc = document(path, doc_id)
+        print_json(doc) if as_json else render.document_view(doc)
+        return
     info = inspect_path(path, samples=samples)
     if as_json:
         print_json(info)

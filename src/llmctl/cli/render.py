@@ -99,6 +99,15 @@ def inspect_view(info: dict) -> None:
         out.print(table("errors", [(error_place(e), e.get("error", e.get("message", ""))) for e in errors], headers=("where", "error")))
 
 
+def document_view(doc: dict) -> None:
+    out = stdout()
+    out.print(table(f"document {doc['id']}", [(k, v) for k, v in doc["row"].items() if k != "removed_spans"]))
+    spans = doc["removed_spans"]
+    if spans:
+        rows = [(f"{s['start']:,}-{s['end']:,}", f"{s['bytes']:,}", s["text"] if s["text"] is not None else "(cut; --keep-rejected keeps the text)") for s in spans]
+        out.print(table("removed spans (UTF-8 bytes of the text as read)", rows, headers=("bytes", "length", "text"), numeric=(1,)))
+
+
 def lineage_tree(node: dict) -> None:
     """The tree of manifests; a node whose line would not fit at its depth puts its path on a
     line of its own, where a long path folds without taking the stage and date with it."""
@@ -152,6 +161,17 @@ def dedup_tables(counts: dict) -> None:
         legend(err, f"{sc['bands']} bands x {sc['rows']} rows: P(flagged | J) = 1 - (1 - J^{sc['rows']})^{sc['bands']}, threshold ~{sc['threshold']}")
     if counts.get("clusters"):
         err.print(table("clusters by size", [(k, f"{v:,}") for k, v in counts["clusters"].items()], headers=("size", "clusters"), numeric=(1,)))
+    spans = counts.get("spans")
+    if spans:
+        from llmctl.data.dedup.spans import length_buckets, top_spans
+
+        methods = [(m, f"{v['docs_cut']:,}", f"{v['spans']:,}", f"{v['bytes']:,}", f"{100 * v['bytes'] / max(1, spans['bytes_in']):.2f}%")
+                   for m, v in spans.items() if m in ("substring", "sentences")]
+        err.print(table("spans cut", methods, headers=("method", "docs cut", "spans", "bytes", "of bytes in"), numeric=(1, 2, 3, 4)))
+        err.print(table("cut spans by length", [(k, f"{v:,}") for k, v in length_buckets(spans)], headers=("bytes", "spans"), numeric=(1,)))
+        if spans.get("top"):
+            err.print(table("most repeated cut spans", [(f"{n:,}", t[:70]) for t, n in top_spans(spans, 5)], headers=("copies cut", "span (start)"), numeric=(0,)))
+        legend(err, f"documents dropped as too short after the cut: {spans['docs_dropped_short']:,}")
 
 
 def decontam_tasks(m, cfg, report_files: list[str]) -> None:

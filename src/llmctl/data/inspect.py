@@ -11,6 +11,8 @@ import glob
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.compute as pc
+
 from llmctl.artifacts.docs import STDIO, open_docs_inputs
 from llmctl.artifacts.files import problem, shown
 from llmctl.artifacts.manifest import has_manifest, read_manifest
@@ -59,6 +61,37 @@ def inspect_path(path: str, samples: int = 3, stdin=None) -> dict:
     info = {"path": path, "kind": "docs (no manifest)" if path != STDIO else "docs stream"}
     info.update(_docs_view(path, samples, stdin, count=True))
     return info
+
+
+def document(path: str, doc_id: str) -> dict:
+    """One document of a docs artifact or docs file, whole, with the spans dedup cut from it
+    (`removed_spans`: UTF-8 byte ranges of the text as read) and, where the text of each is still
+    at hand, that text: a kept text that was only annotated (--annotate-only), or the cut text
+    dedup wrote to rejected/ (--keep-rejected). A document dedup dropped is found in rejected/."""
+    if not Path(path).exists():
+        raise UsageError(f"not found: {path}")
+    found, cut_text = None, None
+    rejected = Path(path) / "rejected"
+    places = [path] + ([str(rejected)] if rejected.is_dir() else [])
+    for place in places:
+        for batch in open_docs_inputs([place]).batches:
+            for row in batch.filter(pc.equal(batch.column("id"), doc_id)).to_pylist():
+                if row.get("reason") == "dedup.spans.cut":
+                    cut_text = row["text"]
+                elif found is None:
+                    found = row
+    if found is None:
+        raise UsageError(f"{path}: no document with id {doc_id!r}")
+    spans = found.get("removed_spans") or []
+    out = {"path": path, "id": doc_id, "row": found, "removed_spans": []}
+    manifest = read_manifest(path) if Path(path).is_dir() and has_manifest(Path(path)) else None
+    intact = bool(manifest and manifest.config.get("annotate_only")) or (found.get("reason") or "").startswith("dedup.")
+    data = (found.get("text") or "").encode("utf-8", "surrogatepass")
+    pieces = cut_text.split("\n") if cut_text is not None and len(cut_text.split("\n")) == len(spans) else None
+    for k, (start, end) in enumerate(spans):
+        text = data[start:end].decode("utf-8", "replace") if intact else (pieces[k] if pieces else None)
+        out["removed_spans"].append({"start": start, "end": end, "bytes": end - start, "text": text})
+    return out
 
 
 def _docs_view(path: str, samples: int, stdin, count: bool = False) -> dict:

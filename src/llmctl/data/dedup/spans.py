@@ -351,11 +351,21 @@ def char_to_byte_spans(text: str, spans: list[tuple[int, int]]) -> list[tuple[in
     return [(len(substring.utf8(text[:s])), len(substring.utf8(text[:e]))) for s, e in spans]
 
 
+def length_buckets(spans: dict) -> list[tuple[str, int]]:
+    """The span table's by-length buckets in size order (a manifest's JSON sorts them as text)."""
+    return sorted((spans.get("by_length") or {}).items(), key=lambda kv: (kv[0].startswith(">"), int(kv[0].strip("<>=").replace(",", ""))))
+
+
+def top_spans(spans: dict, n: int = TOP_SPANS) -> list[tuple[str, int]]:
+    """The most repeated cut spans, most copies first."""
+    return sorted((spans.get("top") or {}).items(), key=lambda kv: -kv[1])[:n]
+
+
 def trim_top(counts: dict) -> None:
     """The manifest keeps the TOP_SPANS most repeated cut spans (each task sent its top 100)."""
     top = counts.get("spans", {}).get("top")
     if top:
-        counts["spans"]["top"] = dict(sorted(top.items(), key=lambda kv: -kv[1])[:TOP_SPANS])
+        counts["spans"]["top"] = dict(top_spans(counts["spans"]))
 
 
 def unit_sources(inputs: list[DocsSource], references: list[DocsSource]) -> list[UnitSource]:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import re
 
 from llmctl.data.dedup.plots import write_plots
+from llmctl.data.dedup.spans import length_buckets, top_spans
 from llmctl.report.collect import Artifact, Lineage
 from llmctl.report.page import Figure, Section, Table
 from llmctl.report.sections.common import Images, per_artifact, per_second
 
 
 METHODS = ("url", "exact", "lines", "minhash")  # the order data/dedup/run.py applies them
+SPAN_METHODS = ("substring", "sentences")  # then these, inside the survivors (data/dedup/spans.py)
 
 
 def size_order(bucket: str) -> float:
@@ -40,6 +42,7 @@ def _fill(a: Artifact, s: Section, images: Images) -> None:
         s.facts.update({"frequent lines removed": (c.get("lines") or {}).get("removed"),
                         "their characters": (c.get("lines") or {}).get("chars")})
     s.tables.append(Table(["method", "documents removed", "characters removed"], removed, "removals by method, in the order they ran"))
+    _spans(c.get("spans"), s)
     sc = c.get("s_curve")
     clusters = dict(sorted((c.get("clusters") or {}).items(), key=lambda kv: size_order(kv[0])))
     if clusters:
@@ -52,3 +55,16 @@ def _fill(a: Artifact, s: Section, images: Images) -> None:
             s.figures.append(Figure(images.rel(path), "MinHash LSH S-curve" if path.name == "s_curve.png" else "duplicate clusters by size"))
     else:
         s.notes.append("No MinHash in this run: no S-curve and no clusters.")
+
+
+def _spans(spans: dict | None, s: Section) -> None:
+    """The span table: what --substring / --sentences cut, by length, and the most repeated cuts."""
+    if not spans:
+        return
+    rows = [[m, v["docs_cut"], v["spans"], v["bytes"], round(100 * v["bytes"] / max(1, spans["bytes_in"]), 2)] for m, v in spans.items() if m in SPAN_METHODS]
+    s.tables.append(Table(["method", "documents cut", "spans cut", "bytes cut", "% of bytes in"], rows, "spans cut inside the surviving documents"))
+    s.facts["documents dropped as too short after the cut"] = spans.get("docs_dropped_short")
+    s.tables.append(Table(["span length (bytes)", "spans"], [[k, v] for k, v in length_buckets(spans)], "cut spans by length"))
+    top = top_spans(spans, 10)
+    if top:
+        s.tables.append(Table(["copies cut", "span (its first 120 bytes)"], [[n, t] for t, n in top], "the most repeated cut spans"))
