@@ -302,7 +302,7 @@ class SpanCuts:
             lo, hi = np.searchsorted(self.win_rows, [row, row + 1])
             mask = self.win_dup[lo:hi]
             if mask.any():
-                _, sent = _sentences().window_keys(text, self.cfg.n_sentences)
+                sent = _sentences().sentence_spans(text)
                 chars = _sentences().removed_char_spans(text, sent, mask, self.cfg.n_sentences)
                 out["sentences"] = char_to_byte_spans(text, chars)
             else:
@@ -335,10 +335,20 @@ class SpanCuts:
             self._top[piece[:120].decode("utf-8", "replace")] += 1
         new = b"".join(kept).decode("utf-8", "surrogatepass")
         blame = None
-        if self.cfg.min_doc_words and not self.cfg.annotate_only and _sentences().word_count(new) < self.cfg.min_doc_words:
+        if not self.cfg.annotate_only and self._too_short(text, new, by_method):
             self.counts["docs_dropped_short"] += 1
             blame = max(by_method, key=lambda m: sum(e - s for s, e in by_method[m]))
         return new, spans.tolist(), blame, "\n".join(p.decode("utf-8", "surrogatepass") for p in removed)
+
+    def _too_short(self, text: str, new: str, by_method: dict) -> bool:
+        """A cut document is dropped when nothing but blanks is left, or under --min-doc-words
+        words; one the sentence method cut, also under 3 sentences (datatrove's
+        SentenceDedupFilter, whose output the sentence method reproduces)."""
+        if not new.strip():
+            return True
+        if by_method.get("sentences"):
+            return not _sentences().keep_document(text, new, self.cfg.min_doc_words)
+        return bool(self.cfg.min_doc_words) and _sentences().word_count(new) < self.cfg.min_doc_words
 
     def finish(self) -> dict:
         self.counts["top"] = dict(self._top.most_common(TOP_SPANS * 5))
