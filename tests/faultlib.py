@@ -113,7 +113,9 @@ def stages(d: Path) -> dict[str, list]:
     return {
         "crawl-extract": ["crawl-extract", WARC, "--workers", "2"],
         "filter": ["filter", d / "docs", "--workers", "2", "--keep-rejected"],
-        "dedup": ["dedup", d / "filtered", "--workers", "2", "--url", "--exact", "--minhash"],
+        # every phase, the span ones too: --memory 1M cuts the corpus into 10 shards (46 pair tasks)
+        "dedup": ["dedup", d / "filtered", "--workers", "2", "--url", "--exact", "--minhash", "--substring", "--sentences",
+                  "--min-len", "20", "--memory", "1M"],
         "tokenize": ["tokenize", d / "filtered", "-t", d / "tok", "--workers", "2"],
         "train": ["train", d / "tokens", *TRAIN],
         # the single-process commands: enough rows that a kill lands in the copy, not only at start-up
