@@ -338,3 +338,100 @@ def test_live_datatrove_real_pages(pages, tmp_path):
         ours, theirs = S.dedup_texts(texts, 3, 50), datatrove_dedup(texts, tmp_path / name)
         differ = [i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
         assert not differ, (name, differ[:10])
+
+
+# ---------------------------------------------------------------------------------------------
+# the stage: dedup --sentences through run_dedup, alone and after the document-level methods
+
+
+def _write_parts(path, rows, parts):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.mkdir()
+    step = -(-len(rows) // parts)
+    for p in range(parts):
+        pq.write_table(pa.Table.from_pylist(rows[p * step : (p + 1) * step]), path / f"p{p}.parquet")
+    return str(path)
+
+
+def _read(out, sub=""):
+    import pyarrow.parquet as pq
+
+    return [r for p in sorted((out / sub).glob("part-*.parquet")) for r in pq.read_table(p).to_pylist()]
+
+
+def _stage_docs() -> list[str]:
+    rng = random.Random(7)
+    texts = []
+    for i in range(40):
+        ks = list(range(1000 + 20 * i, 1000 + 20 * i + rng.randint(3, 14)))
+        if i and rng.random() < 0.6:  # a run of sentences of an earlier document, somewhere inside
+            j = rng.randrange(i)
+            start = 1000 + 20 * j + rng.randint(0, 2)
+            at = rng.randint(0, len(ks))
+            ks[at:at] = list(range(start, start + rng.randint(2, 6)))
+        texts.append(doc(*ks))
+    return texts
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_stage_gives_the_reference_text_at_any_worker_count(tmp_path, workers):
+    from llmctl.data.dedup.run import DedupConfig, run_dedup
+    from llmctl.runtime.options import RunOptions
+
+    texts = _stage_docs()
+    src = _write_parts(tmp_path / "in", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)], parts=3)
+    cfg = DedupConfig(sentences=True, n_sentences=3, min_doc_words=30, keep_rejected=True)
+    m = run_dedup([src], str(tmp_path / "o"), cfg, RunOptions(workers=workers))
+    want = S.dedup_texts(texts, 3, 30)
+    kept = {r["id"]: r for r in _read(tmp_path / "o")}
+    assert {k: r["text"] for k, r in kept.items()} == {f"d{i}": t for i, t in enumerate(want) if t is not None}
+    changed = sum(w != t for w, t in zip(want, texts))
+    assert changed >= 10 and m.counts["spans"]["sentences"]["docs_cut"] >= changed - want.count(None)
+    rejected = _read(tmp_path / "o", "rejected")
+    assert sorted(r["id"] for r in rejected if r["reason"] == "dedup.sentences") == sorted(f"d{i}" for i, t in enumerate(want) if t is None)
+    # nothing is lost: every kept text with its cut text (rejected/, dedup.spans.cut) rebuilds the input
+    cut_text = {r["id"]: r["text"].split("\n") for r in rejected if r["reason"] == "dedup.spans.cut"}
+    for i, text in enumerate(texts):
+        row = kept.get(f"d{i}")
+        if row is None or not row["removed_spans"]:
+            continue
+        data, pieces, pos, rebuilt = text.encode(), iter(cut_text[f"d{i}"]), 0, []
+        for s, e in row["removed_spans"]:
+            assert data[s:e].decode() == next(pieces)
+            rebuilt.append(data[pos:s])
+            pos = e
+        assert b"".join(rebuilt + [data[pos:]]).decode() == row["text"]
+
+
+def test_span_methods_see_only_the_documents_that_survive(tmp_path):
+    """A passage whose first copy is in a document exact dedup removed is first seen in the
+    survivor of that document, so later copies are cut and the survivor's is kept."""
+    from llmctl.data.dedup.run import DedupConfig, run_dedup
+    from llmctl.runtime.options import RunOptions
+
+    passage = doc(1, 2, 3, 4)
+    a = doc(10, 11, 12) + " " + passage + " " + doc(13, 14, 15, 16)
+    rows = [{"id": "a", "text": a}, {"id": "a-copy", "text": a}, {"id": "b", "text": doc(20, 21) + " " + passage + " " + doc(*range(22, 30))}]
+    src = _write_parts(tmp_path / "in", rows, parts=1)
+    run_dedup([src], str(tmp_path / "o"), DedupConfig(exact=True, sentences=True, substring=True, min_len=10, min_doc_words=0), RunOptions(workers=1))
+    out = {r["id"]: r for r in _read(tmp_path / "o")}
+    assert set(out) == {"a", "b"} and out["a"]["text"] == a and out["a"]["removed_spans"] == []
+    # the repeat starts at the "." before the passage: a's copy has one there too
+    assert passage not in out["b"]["text"] and doc(20, 21)[:-1] in out["b"]["text"] and doc(*range(22, 30)) in out["b"]["text"]
+
+
+def test_annotate_only_marks_and_keeps(tmp_path):
+    from llmctl.data.dedup.run import DedupConfig, run_dedup
+    from llmctl.runtime.options import RunOptions
+
+    texts = _stage_docs()
+    src = _write_parts(tmp_path / "in", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts)], parts=2)
+    run_dedup([src], str(tmp_path / "o"), DedupConfig(sentences=True, annotate_only=True), RunOptions(workers=2))
+    rows = _read(tmp_path / "o")
+    assert [r["text"] for r in rows] == texts  # nothing cut, nothing dropped
+    want = S.dedup_texts(texts, 3, 0, min_num_sentences=0)
+    assert sum(bool(r["removed_spans"]) for r in rows) >= 10
+    for r, t, w in zip(rows, texts, want):  # ASCII text: byte offsets are character offsets
+        assert S.cut(t, [tuple(s) for s in r["removed_spans"]]) == w
