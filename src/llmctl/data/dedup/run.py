@@ -37,7 +37,7 @@ from llmctl.artifacts.docs import DocsSource, STDIO, read_source, resolve_docs_i
 from llmctl.artifacts.docs_shard import ShardInput, ShardOutput
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.lock import output_lock
-from llmctl.artifacts.manifest import Manifest, read_manifest
+from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
 from llmctl.data.dedup.normalize import normalize_url, normalized_codes
@@ -455,6 +455,10 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
     # --executor reaches the sign and pairs phases too
     with stage_run(opts, "llmctl-dedup-") as run:
         sources, refs = run.read_inputs(inputs)
+        # --reference files: checked before OUT is claimed, and named (by content) in the run's
+        # identity and the manifest's inputs, so a changed reference is a changed run
+        references = _references(cfg)
+        refs = refs + [{**input_ref(r), "role": "reference"} for r in cfg.reference]
         # rows before reading (the sign phase's weights, and disjoint document numbers for its
         # keys); the rows each file gives once damaged and text-less ones are left out are known
         # after it, and number the documents from then on
@@ -489,7 +493,6 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
         progress.finish()
 
         build_clusters(cfg, work, counts, pair_tasks)
-        references = _references(cfg)
         if cfg.substring:
             substring_phase(cfg, work, unit_sources(sources, references), opts.workers, progress, _phase)
         if cfg.sentences:

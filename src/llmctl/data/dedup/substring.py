@@ -218,7 +218,7 @@ def memory_bytes(text: str) -> int:
         value = float(num)
     except ValueError:
         raise ValueError(f"--memory must look like 8G, 512M or a byte count, not {text!r}") from None
-    if not (value > 0) or value == float("inf"):
-        raise ValueError(f"--memory must be a positive size, not {text!r}")
+    if not (value * mult >= 1) or value == float("inf"):
+        raise ValueError(f"--memory must be a size of at least one byte, not {text!r}")
     return int(value * mult)
 
