@@ -294,8 +294,8 @@ def test_removal_reason_is_the_cheapest_method_linking_to_the_survivor(tmp_path)
 
 
 def test_library_call_runs_every_phase_on_the_requested_executor(tmp_path, monkeypatch):
-    """run_dedup owns its executor scope: with executor="ray" all its phases (sign, pairs and the
-    final filter) go to the Ray backend, not only the one that goes through run_sharded."""
+    """run_dedup owns its executor scope: with executor="ray" all its phases (sign, pairs, the span
+    phases and the final filter) go to the Ray backend, not only the one that goes through run_sharded."""
     from contextlib import contextmanager
 
     from llmctl.runtime import executor, ray_executor
@@ -317,8 +317,10 @@ def test_library_call_runs_every_phase_on_the_requested_executor(tmp_path, monke
 
     monkeypatch.setattr(ray_executor, "ray_session", fake_session)
     rows = [{"id": f"d{i}", "text": article(i % 3)} for i in range(9)]
-    m = run_dedup([write(tmp_path, rows, parts=2)], str(tmp_path / "out"), DedupConfig(exact=True, minhash=True), RunOptions(executor="ray"))
+    cfg = DedupConfig(exact=True, minhash=True, substring=True, sentences=True, min_len=10)
+    m = run_dedup([write(tmp_path, rows, parts=2)], str(tmp_path / "out"), cfg, RunOptions(executor="ray"))
     assert m.counts["out"] == 3
-    assert {n.split("-")[0] for n in seen} >= {"sign", "part"} and any(n.startswith(("minhash", "exact", "url")) for n in seen)
-    run_dedup([str(tmp_path / "in")], str(tmp_path / "local"), DedupConfig(exact=True, minhash=True), RunOptions())
+    assert {n.split("-")[0] for n in seen} >= {"sign", "part", "units", "windows", "cuts", "0000"}  # the span phases too
+    assert any(n.startswith(("minhash", "exact", "url")) for n in seen)
+    run_dedup([str(tmp_path / "in")], str(tmp_path / "local"), cfg, RunOptions())
     assert read(tmp_path / "out") == read(tmp_path / "local")
