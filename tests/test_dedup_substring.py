@@ -999,3 +999,35 @@ def test_a_missing_reference_is_refused_before_out_is_claimed(tmp_path):
     assert p.returncode == 2
     fixed = dedup(src, out, "--reference", ref, check=False)
     assert fixed.returncode == 0, fixed.stderr.decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# inspect --id and the report: where a user reads what was cut
+
+
+def test_inspect_shows_a_documents_removed_spans_and_the_report_its_span_table(tmp_path):
+    rng = np.random.default_rng(21)
+    span = filler(rng, 30)
+    rows = [{"id": "first", "text": filler(rng, 60) + " " + span + " " + filler(rng, 60)},
+            {"id": "later", "text": "Ünïcode " + filler(rng, 60) + " " + span + " " + filler(rng, 60)}]
+    src = write(tmp_path, rows)
+    out = tmp_path / "o"
+    dedup(src, out, "--min-len", "20", "--min-doc-words", "0", "--keep-rejected")
+    shown = llmctl("inspect", out, "--id", "later", "--json", check=True)
+    doc = json.loads(shown.stdout)
+    (s, e), = by_id(read(out))["later"]["removed_spans"]
+    assert doc["removed_spans"] == [{"start": s, "end": e, "bytes": e - s, "text": utf8(rows[1]["text"])[s:e].decode()}]
+    assert span in doc["removed_spans"][0]["text"] and span not in doc["row"]["text"]
+    table = llmctl("inspect", out, "--id", "later", check=True).stdout.decode()
+    assert "removed spans" in table and f"{s:,}-{e:,}" in table
+    # --annotate-only: the text is still whole, so the span's text comes from it
+    ann = tmp_path / "ann"
+    dedup(src, ann, "--min-len", "20", "--min-doc-words", "0", "--annotate-only")
+    doc = json.loads(llmctl("inspect", ann, "--id", "later", "--json", check=True).stdout)
+    assert doc["removed_spans"][0]["text"] == utf8(rows[1]["text"])[s:e].decode() and doc["row"]["text"] == rows[1]["text"]
+    missing = llmctl("inspect", out, "--id", "nope")
+    assert missing.returncode == 2 and b"no document with id 'nope'" in missing.stderr and b"Traceback" not in missing.stderr
+    # the report's dedup section carries the span table
+    llmctl("report", out, "-o", tmp_path / "rep", check=True)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "spans cut inside the surviving documents" in md and "| substring | 1 | 1 | " + f"{e - s:,}" in md
