@@ -717,7 +717,7 @@ def test_one_huge_one_line_document(tmp_path, unit, size):
     later = "later text [ " + b + " ] end"
     rows = [{"id": "huge", "text": doc}, {"id": "tiny", "text": "tiny"}, {"id": "later", "text": later}]
     out = tmp_path / "o"
-    dedup(write(tmp_path, rows), out, "--unit", unit, "--min-len", "50" if unit == "bytes" else "12", "--min-doc-words", "0", "--memory", "32M", "--keep-work")
+    dedup(write(tmp_path, rows), out, "--unit", unit, "--min-len", "50" if unit == "bytes" else "12", "--min-doc-words", "0", "--memory", "16M", "--keep-work")
     assert n_shards(out / "_work") == 2
     got = by_id(read(out))
     tail = unit == "bytes"

@@ -39,10 +39,12 @@ from llmctl.hashing import h64
 UNITS = ("tokens", "bytes")
 SEP_BYTE = 0xFF
 SEP_TOKEN = np.uint64(0)
-# Peak resident bytes per unit of one pair task (the two shards' units, suffix array, LCP and LPF
-# as int32), measured on this code with ru_maxrss: ~23 for bytes; tokens are sorted as 4-byte
-# keys, so their suffix array is four times longer.
-COST_PER_UNIT = {"bytes": 24, "tokens": 96}
+# Peak resident bytes per unit of one pair task, measured with ru_maxrss on 40 MB of text
+# (benchmarks/substring_scale.py's): ~23 for bytes (the units, the suffix array, LCP and LPF as
+# int32); ~53 for tokens, whose 8-byte keys become dense ids sorted as multi-byte symbols, plus
+# the copy a shard pair's concatenation makes.
+COST_PER_UNIT = {"bytes": 24, "tokens": 64}
+BLOCK = 1 << 22  # positions read back from the LPF array at a time
 # GPT-2's pre-tokenizer pattern (openai/gpt-2 encoder.py); every character falls in one piece.
 GPT2_PIECES = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
 
@@ -133,14 +135,18 @@ def later_copies(units: np.ndarray, sep_mask: np.ndarray, region: int, min_len: 
     position >= region that also starts at an earlier position. sep_mask marks the separators."""
     if region >= len(units):
         return np.zeros((0, 2), np.int64)
-    lpf = _lpf(units)[region:].astype(np.int64)
-    pos = np.arange(region, len(units), dtype=np.int64)
-    # the distance from each position to its document's separator: a match ends there at the latest
+    lpf = _lpf(units)
     seps = np.flatnonzero(sep_mask)
-    nxt = seps[np.searchsorted(seps, pos)] if len(seps) else np.full(len(pos), len(units))
-    length = np.minimum(lpf, nxt - pos)
-    hit = length >= min_len
-    return merge(np.stack([pos[hit], pos[hit] + length[hit]], axis=1))
+    found = []
+    # in blocks: five int64 arrays the length of the whole shard pair would cost more than the sort
+    for lo in range(region, len(units), BLOCK):
+        pos = np.arange(lo, min(lo + BLOCK, len(units)), dtype=np.int64)
+        # the distance from each position to its document's separator: a match ends there at the latest
+        nxt = seps[np.searchsorted(seps, pos)] if len(seps) else np.full(len(pos), len(units))
+        length = np.minimum(lpf[pos].astype(np.int64), nxt - pos)
+        hit = length >= min_len
+        found.append(np.stack([pos[hit], pos[hit] + length[hit]], axis=1))
+    return merge(np.concatenate(found))
 
 
 def merge(iv: np.ndarray) -> np.ndarray:
