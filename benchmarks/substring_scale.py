@@ -49,18 +49,27 @@ FILE_MB = 256  # input file size: one units task per file
 # corpus
 
 
-def vocabulary(tmp: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(padded word bytes with a trailing space, their lengths, their probabilities) of pages-a."""
+def vocabulary(tmp: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """pages-a's words, each with a trailing space, end to end (blob), where each starts and how
+    long it is, and the cumulative distribution of their frequencies."""
     counts: Counter = Counter()
     for r in read_parts(make_docs(str(tmp))):
         counts.update(r["text"].split())
     words = [w.encode() + b" " for w, _ in counts.most_common()]
-    width = max(len(w) for w in words)
-    table = np.zeros((len(words), width), np.uint8)
-    for i, w in enumerate(words):
-        table[i, : len(w)] = np.frombuffer(w, np.uint8)
+    lengths = np.array([len(w) for w in words], np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     freq = np.array([c for _, c in counts.most_common()], np.float64)
-    return table, np.array([len(w) for w in words]), freq / freq.sum()
+    return np.frombuffer(b"".join(words), np.uint8), starts, lengths, np.cumsum(freq / freq.sum())
+
+
+def word_salad(rng, vocab, n_words: int) -> tuple[bytes, np.ndarray]:
+    """n_words words drawn by frequency, as one byte string, and where each word ends in it."""
+    blob, starts, lengths, cdf = vocab
+    ids = np.minimum(np.searchsorted(cdf, rng.random(n_words)), len(cdf) - 1)
+    size = lengths[ids]
+    ends = np.cumsum(size)
+    pos = np.repeat(starts[ids] - (ends - size), size) + np.arange(ends[-1])
+    return blob[pos].tobytes(), ends
 
 
 def generate(folder: Path, mb: int, vocab, seed: int = 0) -> int:
@@ -70,31 +79,31 @@ def generate(folder: Path, mb: int, vocab, seed: int = 0) -> int:
         return json.loads(done.read_text())["bytes"]
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    table, lengths, p = vocab
     rng = np.random.default_rng(seed)
     total, target, file_no, doc_no, batch, batch_bytes = 0, mb << 20, 0, 0, [], 0
     recent: list[bytes] = []
     while total < target:
-        n_words = int(rng.integers(200, 2000))
-        ids = rng.choice(len(p), size=n_words, p=p)
-        rows = table[ids]
-        text = rows[rows != 0].tobytes()
-        if recent and rng.random() < 0.5:  # a planted repeat: ~5 % of bytes (half the docs, ~10 % of each)
-            src = recent[int(rng.integers(len(recent)))].split(b" ")
-            k = int(rng.integers(20, 400))
-            at = int(rng.integers(0, max(1, len(src) - k)))
-            span = b" ".join(src[at : at + k])
-            cut = int(rng.integers(0, len(text)))
-            cut = text.rfind(b" ", 0, cut) + 1
-            text = text[:cut] + span + b" " + text[cut:]
-        recent = (recent + [text])[-200:]
-        batch.append({"id": f"g{doc_no}", "text": text.decode("utf-8", "replace")})
-        doc_no += 1
-        total += len(text)
-        batch_bytes += len(text)
-        if batch_bytes >= FILE_MB << 20 or total >= target:
-            pq.write_table(pa.Table.from_pylist(batch), folder / f"part-{file_no:05d}.parquet")
-            file_no, batch, batch_bytes = file_no + 1, [], 0
+        text, ends = word_salad(rng, vocab, 1 << 21)
+        k = 0
+        while k < len(ends) and total < target:
+            m = int(rng.integers(200, 2000))
+            lo, hi = (int(ends[k - 1]) if k else 0), int(ends[min(k + m, len(ends)) - 1])
+            k += m
+            doc = text[lo:hi]
+            if recent and rng.random() < 0.5:  # a planted repeat: half the docs, 20-400 words of an earlier one
+                src = recent[int(rng.integers(len(recent)))].split(b" ")
+                n = int(rng.integers(20, 400))
+                at = int(rng.integers(0, max(1, len(src) - n)))
+                cut = doc.rfind(b" ", 0, int(rng.integers(0, len(doc)))) + 1
+                doc = doc[:cut] + b" ".join(src[at : at + n]) + b" " + doc[cut:]
+            recent = (recent + [doc])[-200:]
+            batch.append({"id": f"g{doc_no}", "text": doc.decode("utf-8", "replace")})
+            doc_no += 1
+            total += len(doc)
+            batch_bytes += len(doc)
+            if batch_bytes >= FILE_MB << 20 or total >= target:
+                pq.write_table(pa.Table.from_pylist(batch), folder / f"part-{file_no:05d}.parquet")
+                file_no, batch, batch_bytes = file_no + 1, [], 0
     done.write_text(json.dumps({"bytes": total, "docs": doc_no}))
     return total
 
@@ -185,9 +194,13 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=1800, help="run a size whole when its predicted wall fits this")
     ap.add_argument("--sample-pairs", type=int, default=6)
     ap.add_argument("--workdir", default="/tmp/substring-scale")
+    ap.add_argument("--table-only", action="store_true", help="rewrite the RESULTS section from WORKDIR/results.json, run nothing")
     args = ap.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
+    if args.table_only:
+        saved = json.loads((work / "results.json").read_text())
+        return write(args, saved["rows"], [tuple(i) for i in saved["identity"]])
     vocab = vocabulary(work)
     rows, identity = [], []
     for mb in sorted(args.sizes):
@@ -231,6 +244,7 @@ def main() -> None:
             rows[-1]["units_s"] = r["marks"]["units"]
         shutil.rmtree(out, ignore_errors=True)
         print(json.dumps(rows[-1]), file=sys.stderr)
+        (work / "results.json").write_text(json.dumps({"rows": rows, "identity": identity}))
     write(args, rows, identity)
 
 
@@ -252,6 +266,12 @@ def write(args, rows: list[dict], identity: list[tuple]) -> None:
                f"predicted: units phase measured ({r['units_s']:.0f} s, 1 worker), {r['sampled']} pair tasks measured ({r['per_pair']:.0f} s each, 1 worker) x {r['pairs']} / {args.workers} workers, the rest per byte as at the largest whole size")
         lines.append(f"| {r['bytes'] / 2**20:,.0f} MB | {how} | {r['shards']} | {r['pairs']} | {r['wall']:,.0f} | "
                      f"{r['bytes'] / 2**20 / r['wall']:.2f} | {r['peak'] / gib:.1f} GiB{' (1 worker)' if r['mode'] != 'whole' else ''} |")
+    if len(rows) > 1:
+        lines += ["", " ".join(f"From {a['bytes'] / 2**20:,.0f} MB to {b['bytes'] / 2**20:,.0f} MB the text grows {b['bytes'] / a['bytes']:.1f}x "
+                               f"and the wall time {b['wall'] / a['wall']:.1f}x." for a, b in zip(rows, rows[1:]))]
+        lines.append("Each pair task sorts two shards, and there are S(S-1)/2 + 1 of them for S shards: at a fixed --memory the work "
+                     "grows with the square of the text once it spans several shards, and a larger --memory (fewer, larger shards) "
+                     "buys it back. Lee et al. instead merge per-part suffix arrays into one array on disk (8 bytes a unit), which needs no pairs.")
     if identity:
         same = len({d for *_, d in identity}) == 1
         lines += ["", f"At {rows[0]['bytes'] / 2**20:,.0f} MB the output (id, text, removed_spans of every document) is "
