@@ -136,7 +136,7 @@ def dedup(
     annotate_only: Annotated[Optional[bool], typer.Option("--annotate-only", help="With --substring/--sentences: fill removed_spans but cut nothing.")] = None,
     keep_rejected: Annotated[Optional[bool], typer.Option("--keep-rejected", help="Write removed rows to OUT/rejected/ with reason and dup_of (the survivor's id); with span methods also each cut text (reason dedup.spans.cut).")] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write the S-curve and cluster-size PNGs into this directory.")] = None,
-    keep_work: Annotated[Optional[bool], typer.Option("--keep-work", help="Keep OUT/_work (signatures, pairs, clusters) after success.")] = None,
+    keep_work: Annotated[Optional[bool], typer.Option("--keep-work", help="Keep OUT/_work (signatures, pairs, clusters, the span phases' files) after success.")] = None,
     *,
     run: RunFlags,
     quiet: Quiet = False,

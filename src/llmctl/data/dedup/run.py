@@ -354,7 +354,7 @@ class _Filter:
         return filter_shard(task, out, report, self.cfg)
 
 
-def _cut(row: dict, cuts: SpanCuts, i: int, text: str, cfg: DedupConfig, keep_rejected: bool) -> tuple[dict | None, dict | None]:
+def _cut(row: dict, cuts: SpanCuts, i: int, text: str, cfg: DedupConfig) -> tuple[dict | None, dict | None]:
     """A surviving row after the span methods: (the row to keep or None, a row for rejected/:
     the whole document when the cut left it too short, else its cut text, or None)."""
     new, spans, blame, removed = cuts.apply(i, text)
@@ -364,7 +364,7 @@ def _cut(row: dict, cuts: SpanCuts, i: int, text: str, cfg: DedupConfig, keep_re
     if blame is not None:
         row["reason"] = f"dedup.{blame}"
         return None, row
-    cut_text = {**row, "text": removed, "reason": "dedup.spans.cut"} if keep_rejected else None
+    cut_text = {**row, "text": removed, "reason": "dedup.spans.cut"} if cfg.keep_rejected else None
     row["text"] = new
     return row, cut_text
 
@@ -403,7 +403,7 @@ def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
                     dropped.append(row)
                 else:
                     if cuts is not None:
-                        kept_row, rejected_row = _cut(row, cuts, i, text, cfg, cfg.keep_rejected)
+                        kept_row, rejected_row = _cut(row, cuts, i, text, cfg)
                         dropped += [rejected_row] if rejected_row is not None else []
                         if kept_row is None:
                             i += 1
