@@ -160,7 +160,7 @@ def test_lines_dedup_drops_frequent_lines_and_keeps_documents(tmp_path):
 def test_a_failed_filter_shard_leaves_no_temporary_file(tmp_path, monkeypatch):
     """A filter-phase shard that fails after it opened its kept and rejected writers aborts both:
     nothing `.NAME.tmp-PID` is left in OUT or in OUT/rejected (the rejected one used to stay)."""
-    from llmctl.data.dedup import run as dedup_run
+    from llmctl.data.dedup import apply as dedup_apply
 
     rows = [{"id": str(i), "text": f"Opening {i}.\nShare this page on social media\nClosing {i}."} for i in range(4)]
     rows.append(dict(rows[0], id="copy"))  # an exact duplicate, so the rejected shard has a row to write
@@ -171,7 +171,7 @@ def test_a_failed_filter_shard_leaves_no_temporary_file(tmp_path, monkeypatch):
         calls.append(h)
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(dedup_run, "_is_frequent", broken)
+    monkeypatch.setattr(dedup_apply, "_is_frequent", broken)
     out = tmp_path / "o"
     with pytest.raises(StageFailed, match="injected failure"):
         run_dedup([src], str(out), DedupConfig(exact=True, lines=True, max_line_count=1, keep_rejected=True), RunOptions(workers=1))

@@ -13,7 +13,7 @@ phases, each persisted under OUT/_work/ and resumable:
              method removed each document -> _work/clusters/NNNNN.npz per input file; frequent
              lines and the size histogram -> _work/clusters.npz
    spans     --substring / --sentences: what to cut from the survivors (spans.py)
-4. filter    one task per input file, through the usual sharded driver: kept rows get
+4. filter    (apply.py) one task per input file, through the usual sharded driver: kept rows get
              dup_cluster_id (the survivor's id) and dup_cluster_size, and the span methods' cuts
              (removed_spans); removed rows go to rejected/ with dup_of.
 
@@ -22,27 +22,24 @@ Document numbers are global (input order), so results are identical whatever --w
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
 import dataclasses
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from llmctl.artifacts.docs import DocsSource, STDIO, read_source, resolve_docs_inputs, row_count
-from llmctl.artifacts.docs_shard import ShardInput, ShardOutput
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
 from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, threshold
 from llmctl.data.dedup.normalize import normalize_url, normalized_codes
-from llmctl.data.dedup.spans import SPANS_TYPE, SpanCuts, sentences_phase, substring_phase, trim_top, unit_sources
-from llmctl.data.dedup.substring import UNITS, memory_bytes
+from llmctl.data.dedup.apply import Filter
+from llmctl.data.dedup.config import METHODS, STAGE, DedupConfig, rank
+from llmctl.data.dedup.spans import sentences_phase, substring_phase, trim_top, unit_sources
 from llmctl.hashing import h64
 from llmctl.errors import StageFailed, UsageError
 from llmctl.runtime.executor import Task, run_tasks
@@ -52,76 +49,7 @@ from llmctl.artifacts.rerun import run_identity
 from llmctl.runtime.sharded import prepare_out, run_sharded
 from llmctl.runtime.stage import stage_run
 
-STAGE = "dedup"
-METHODS = ("url", "exact", "minhash")  # attribution order: the cheapest explanation wins
 S_CURVE_J = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
-
-
-@dataclass
-class DedupConfig:
-    url: bool = False
-    exact: bool = False
-    lines: bool = False
-    minhash: bool = False
-    ngram: int = 5
-    bands: int = 14  # FineWeb: 112 hashes = 14 bands x 8 rows (spec §A5)
-    rows: int = 8
-    seed: int = 1
-    max_line_count: int = 6  # Llama 3: drop lines seen more than 6 times (spec §A5)
-    keep: str = "first"  # survivor rule: first | earliest (by `date`) | max:COLUMN
-    partitions: int = 1
-    keep_rejected: bool = False
-    keep_work: bool = False  # keep OUT/_work after success (to inspect or time the phases)
-    # span methods (spans.py), after the document-level ones
-    substring: bool = False
-    min_len: int = 50  # Lee et al. 2022: 50 tokens
-    unit: str = "tokens"
-    memory: str = "4G"  # one substring task holds two shards; the shards are sized to fit this
-    reference: list[str] = field(default_factory=list)  # seen first, never cut, never written
-    sentences: bool = False
-    n_sentences: int = 3  # datatrove's SentenceDedup default
-    min_doc_words: int = 50  # datatrove's default: drop a document cut below this many words
-    annotate_only: bool = False
-
-    @property
-    def spans(self) -> bool:
-        return self.substring or self.sentences
-
-    @property
-    def memory_bytes(self) -> int:
-        return memory_bytes(self.memory)
-
-    def check(self) -> None:
-        if not (self.url or self.exact or self.lines or self.minhash or self.spans):
-            raise UsageError("choose at least one of --url, --exact, --lines, --minhash, --substring, --sentences")
-        if self.min_len < 1 or self.n_sentences < 1 or self.min_doc_words < 0:
-            raise UsageError("--min-len and --n-sentences must be >= 1, --min-doc-words >= 0")
-        if self.unit not in UNITS:
-            raise UsageError(f"--unit must be one of {', '.join(UNITS)}, not {self.unit!r}")
-        try:
-            self.memory_bytes
-        except ValueError as e:
-            raise UsageError(str(e)) from None
-        if (self.annotate_only or self.reference) and not self.spans:
-            raise UsageError("--annotate-only and --reference go with --substring or --sentences")
-        if self.bands < 1 or self.rows < 1 or self.ngram < 1 or self.partitions < 1:
-            raise UsageError("--bands, --rows, --ngram and --partitions must be >= 1")
-        if not (self.keep in ("first", "earliest") or (self.keep.startswith("max:") and len(self.keep) > 4)):
-            raise UsageError(f"--keep must be first, earliest or max:COLUMN, not {self.keep!r}")
-
-
-def _rank(row: dict, keep: str) -> float:
-    """Lower survives. first: all equal (index breaks ties); earliest: the date; max:COL: -value."""
-    if keep == "earliest":
-        d = row.get("date")
-        try:
-            return datetime.fromisoformat(str(d).replace("Z", "+00:00")).timestamp() if d else math.inf
-        except ValueError:
-            return math.inf
-    if keep.startswith("max:"):
-        v = row.get(keep[4:])
-        return -float(v) if isinstance(v, (int, float)) and not math.isnan(v) else math.inf
-    return 0.0
 
 
 def _save_npz(path: Path, **arrays) -> None:
@@ -193,7 +121,7 @@ class _Sign:
             if cfg.keep == "first":  # every rank equal: no need to look at the rows
                 ranks += [0.0] * len(texts)
             else:
-                ranks += [_rank(row, cfg.keep) for row in batch.to_pylist()]
+                ranks += [rank(row, cfg.keep) for row in batch.to_pylist()]
             if cfg.url:
                 urls = batch.column("url").to_pylist() if "url" in batch.schema.names else [None] * len(texts)
                 # a document without a URL never matches another by URL
@@ -343,95 +271,7 @@ def frequent_lines(work: Path, n_shards: int, cfg: DedupConfig) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Phase 4: filter
-
-
-@dataclass
-class _Filter:
-    cfg: DedupConfig
-
-    def __call__(self, task: Task, out: Path, report) -> dict:
-        return filter_shard(task, out, report, self.cfg)
-
-
-def _cut(row: dict, cuts: SpanCuts, i: int, text: str, cfg: DedupConfig) -> tuple[dict | None, dict | None]:
-    """A surviving row after the span methods: (the row to keep or None, a row for rejected/:
-    the whole document when the cut left it too short, else its cut text, or None)."""
-    new, spans, blame, removed = cuts.apply(i, text)
-    row["removed_spans"] = spans
-    if not spans or cfg.annotate_only:
-        return row, None
-    if blame is not None:
-        row["reason"] = f"dedup.{blame}"
-        return None, row
-    cut_text = {**row, "text": removed, "reason": "dedup.spans.cut"} if cfg.keep_rejected else None
-    row["text"] = new
-    return row, cut_text
-
-
-def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
-    work = Path(task.payload["work"])
-    with np.load(work / "clusters" / f"{task.index:05d}.npz") as z:  # this file's documents only
-        size, removed_by, survivor_ids = z["size"], z["removed_by"], z["survivor_ids"]
-    with np.load(work / "clusters.npz") as z:
-        frequent = z["frequent"]
-    inp = ShardInput(DocsSource(**task.payload["source"]))  # it leaves out what the sign phase left out
-    if inp.schema is None:  # the file does not open: nothing to write, the damage is counted
-        return inp.stats([], {"in": 0, "out": 0})
-    schema = inp.schema
-    new_cols = [("dup_cluster_id", pa.string()), ("dup_cluster_size", pa.int64())] + [("removed_spans", SPANS_TYPE)] * cfg.spans
-    cuts = SpanCuts(cfg, work, task.index, task.payload["n_refs"] + task.index) if cfg.spans else None
-    for name, typ in new_cols:
-        if name not in schema.names:
-            schema = schema.append(pa.field(name, typ))
-    removed = {m: {"docs": 0, "chars": 0} for m in METHODS}
-    lines_removed = line_chars = 0
-    n_in = n_out = 0
-    with ShardOutput(out, task.name, schema, rejected=[("dup_of", pa.string())] if cfg.keep_rejected else None) as shard:
-        i = 0
-        for batch in inp.batches():
-            kept, dropped = [], []
-            for row in batch.to_pylist():
-                text = row.get("text") or ""
-                row["dup_cluster_id"] = str(survivor_ids[i])
-                row["dup_cluster_size"] = int(size[i])
-                if removed_by[i]:
-                    m = METHODS[removed_by[i] - 1]
-                    removed[m]["docs"] += 1
-                    removed[m]["chars"] += len(text)
-                    row["reason"], row["dup_of"] = f"dedup.{m}", str(survivor_ids[i])
-                    dropped.append(row)
-                else:
-                    if cuts is not None:
-                        kept_row, rejected_row = _cut(row, cuts, i, text, cfg)
-                        dropped += [rejected_row] if rejected_row is not None else []
-                        if kept_row is None:
-                            i += 1
-                            continue
-                        text = row["text"] or ""
-                    if len(frequent) and text:
-                        lines = text.split("\n")
-                        keep = [ln for ln in lines if not (ln.strip() and _is_frequent(h64(ln.strip()), frequent))]
-                        if len(keep) != len(lines):
-                            lines_removed += len(lines) - len(keep)
-                            new = "\n".join(keep)
-                            line_chars += len(text) - len(new)
-                            row["text"] = new
-                    kept.append(row)
-                i += 1
-            n_in += batch.num_rows
-            n_out += len(kept)
-            shard.write_rows(kept, dropped)
-            report(batch.num_rows)
-    counts = {"in": n_in, "out": n_out, "removed": removed, "lines": {"removed": lines_removed, "chars": line_chars}}
-    if cuts is not None:
-        counts["spans"] = cuts.finish()
-    return inp.stats(shard.outputs, counts)
-
-
-def _is_frequent(h: int, frequent: np.ndarray) -> bool:
-    j = np.searchsorted(frequent, np.uint64(h))
-    return j < len(frequent) and frequent[j] == np.uint64(h)
+# Phase 4: filter (apply.py)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -510,7 +350,7 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
             kind="docs",
             out=out,
             tasks=filter_tasks,
-            fn=_Filter(cfg),
+            fn=Filter(cfg),
             config=config,
             inputs=refs,
             opts=dataclasses.replace(opts, overwrite=False, shard_index=0, num_shards=1),  # OUT was prepared above
