@@ -125,7 +125,9 @@ GPUS = at_most(1, 10**7, "more accelerators than any cluster holds")
 BOUNDS: dict[str, dict[str, Bound]] = {
     "CatConfig": {"limit": at_least(0, flag="-n"), "rows_per_part": COUNT},
     "ExtractConfig": {"lang_threshold": SHARE, "max_bytes": COUNT, "timeout": TIMEOUT},  # timeout 0: no limit
-    "DedupConfig": {"ngram": NGRAM, "bands": COUNT, "rows": COUNT, "seed": SEED, "max_line_count": COUNT, "partitions": PARTITIONS},
+    "DedupConfig": {"ngram": NGRAM, "bands": COUNT, "rows": COUNT, "seed": SEED, "max_line_count": COUNT, "partitions": PARTITIONS,
+                    "min_len": COUNT, "n_sentences": COUNT, "min_doc_words": NONNEG, "clusters": NONNEG,  # clusters 0: one per 1,000 docs
+                    "eps": Bound(0, 1, lo_open=True, hi_open=True)},  # eps 0 finds nothing, 1 joins everything
     "DecontamConfig": {"ngram": NGRAM, "min_overlap": COUNT, "threshold": SHARE},
     "TokenizeConfig": {"val_fraction": SHARE_BELOW_1, "seed": SEED, "batch_docs": COUNT},
     "TrainTokenizerConfig": {"vocab_size": VOCAB, "max_chars": COUNT, "seed": SEED, "reserved": NONNEG, "min_frequency": COUNT},

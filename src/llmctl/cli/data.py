@@ -123,8 +123,11 @@ def dedup(
     bands: Annotated[Optional[int], typer.Option("--bands", min=1, help="LSH bands (default 14; FineWeb 14 x 8).")] = None,
     rows: Annotated[Optional[int], typer.Option("--rows", min=1, help="Rows per band (default 8).")] = None,
     max_line_count: Annotated[Optional[int], typer.Option("--max-line-count", min=1, help="With --lines: keep a line seen at most this many times (default 6).")] = None,
-    keep: Annotated[Optional[str], typer.Option("--keep", help="Survivor of a cluster: first | earliest (by date) | max:COLUMN (e.g. max:quality_score).")] = None,
+    keep: Annotated[Optional[str], typer.Option("--keep", help="Survivor of a cluster: first | earliest (by date) | centroid (--semantic: nearest its k-means centroid) | max:COLUMN (e.g. max:quality_score).")] = None,
     partitions: Annotated[Optional[int], typer.Option("--partitions", min=1, help="Split each key family into this many hash partitions (less memory per task).")] = None,
+    semantic: Annotated[Optional[bool], typer.Option("--semantic", help="SemDeDup on the embedding column (llmctl embed): k-means, then pairs above cosine 1 - --eps inside each cluster.")] = None,
+    eps: Annotated[Optional[float], typer.Option("--eps", help="With --semantic: pairs with cosine similarity above 1 - eps are duplicates (default 0.05).")] = None,
+    clusters: Annotated[Optional[int], typer.Option("--clusters", min=0, help="With --semantic: k-means clusters (default 0: about one per 1,000 documents).")] = None,
     substring: Annotated[Optional[bool], typer.Option("--substring", help="Cut every span of >= --min-len units seen earlier in the corpus (Lee et al. 2022, suffix arrays); the first copy stays.")] = None,
     min_len: Annotated[Optional[int], typer.Option("--min-len", min=1, help="With --substring: shortest repeat cut, in --unit (default 50).")] = None,
     unit: Annotated[Optional[str], typer.Option("--unit", help="With --substring: tokens (GPT-2 pre-tokenizer pieces, the default) or bytes (UTF-8; cuts shrink to whole characters).")] = None,
@@ -142,7 +145,8 @@ def dedup(
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """Remove duplicates: URL, exact text, frequent lines, MinHash near-duplicates, then repeated
+    """Remove duplicates: URL, exact text, frequent lines, MinHash near-duplicates, semantic
+    duplicates (SemDeDup on an embedding column), then repeated
     spans inside the survivors (--substring, --sentences), in that order.
 
     Kept rows get dup_cluster_id (the survivor's id) and dup_cluster_size; with a span method also
@@ -156,11 +160,11 @@ def dedup(
         STAGE,
         config,
         {"url": url, "exact": exact, "lines": lines, "minhash": minhash, "ngram": ngram, "bands": bands, "rows": rows, "max_line_count": max_line_count, "keep": keep, "partitions": partitions, "keep_rejected": keep_rejected, "keep_work": keep_work,
-         "substring": substring, "min_len": min_len, "unit": unit, "memory": memory, "reference": reference, "sentences": sentences,
+         "semantic": semantic, "eps": eps, "clusters": clusters, "substring": substring, "min_len": min_len, "unit": unit, "memory": memory, "reference": reference, "sentences": sentences,
          "n_sentences": n_sentences, "min_doc_words": min_doc_words, "annotate_only": annotate_only},
     )
     m = run_dedup(inputs, output, cfg, run.options(), ConsoleProgress(quiet))
-    render.report(m, output, quiet, as_json, hide=("s_curve", "clusters", "spans"), rate_key="in")
+    render.report(m, output, quiet, as_json, hide=("s_curve", "clusters", "spans", "semantic"), rate_key="in")
     if plot:
         from llmctl.data.dedup.plots import write_plots
 

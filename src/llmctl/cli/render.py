@@ -161,6 +161,10 @@ def dedup_tables(counts: dict) -> None:
         legend(err, f"{sc['bands']} bands x {sc['rows']} rows: P(flagged | J) = 1 - (1 - J^{sc['rows']})^{sc['bands']}, threshold ~{sc['threshold']}")
     if counts.get("clusters"):
         err.print(table("clusters by size", [(k, f"{v:,}") for k, v in counts["clusters"].items()], headers=("size", "clusters"), numeric=(1,)))
+    if counts.get("semantic"):
+        sem = counts["semantic"]
+        err.print(table("k-means clusters by size", [(k, f"{v:,}") for k, v in sem["kmeans_clusters"].items()], headers=("documents", "clusters"), numeric=(1,)))
+        legend(err, f"SemDeDup: pairs inside a cluster with cosine similarity above {1 - sem['eps']:g} are duplicates")
     spans = counts.get("spans")
     if spans:
         from llmctl.data.dedup.spans import length_buckets, top_spans

@@ -56,7 +56,7 @@ def filter_shard(task: Task, out: Path, report, cfg: DedupConfig) -> dict:
     for name, typ in new_cols:
         if name not in schema.names:
             schema = schema.append(pa.field(name, typ))
-    removed = {m: {"docs": 0, "chars": 0} for m in METHODS}
+    removed = {m: {"docs": 0, "chars": 0} for m in METHODS if m != "semantic" or cfg.semantic}
     lines_removed = line_chars = 0
     n_in = n_out = 0
     with ShardOutput(out, task.name, schema, rejected=[("dup_of", pa.string())] if cfg.keep_rejected else None) as shard:

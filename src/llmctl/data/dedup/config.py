@@ -10,7 +10,7 @@ from llmctl.data.dedup.substring import UNITS, memory_bytes
 from llmctl.errors import UsageError
 
 STAGE = "dedup"
-METHODS = ("url", "exact", "minhash")  # attribution order: the cheapest explanation wins
+METHODS = ("url", "exact", "minhash", "semantic")  # attribution order: the cheapest explanation wins
 
 
 @dataclass
@@ -38,6 +38,10 @@ class DedupConfig:
     n_sentences: int = 3  # datatrove's SentenceDedup default
     min_doc_words: int = 50  # datatrove's default: drop a document cut below this many words
     annotate_only: bool = False
+    # SemDeDup (semantic.py) on the embedding column
+    semantic: bool = False
+    eps: float = 0.05  # pairs above cosine 1 - eps are duplicates (SemDeDup studies eps 0.0-0.1)
+    clusters: int = 0  # k-means clusters; 0: about one per 1,000 documents
 
     @property
     def spans(self) -> bool:
@@ -48,8 +52,12 @@ class DedupConfig:
         return memory_bytes(self.memory)
 
     def check(self) -> None:
-        if not (self.url or self.exact or self.lines or self.minhash or self.spans):
-            raise UsageError("choose at least one of --url, --exact, --lines, --minhash, --substring, --sentences")
+        if not (self.url or self.exact or self.lines or self.minhash or self.semantic or self.spans):
+            raise UsageError("choose at least one of --url, --exact, --lines, --minhash, --semantic, --substring, --sentences")
+        if not 0.0 < self.eps < 1.0 or self.clusters < 0:
+            raise UsageError(f"--eps must be in (0, 1) (got {self.eps}) and --clusters >= 0 (got {self.clusters})")
+        if self.keep == "centroid" and not self.semantic:
+            raise UsageError("--keep centroid goes with --semantic (the document nearest its k-means centroid)")
         if self.min_len < 1 or self.n_sentences < 1 or self.min_doc_words < 0:
             raise UsageError("--min-len and --n-sentences must be >= 1, --min-doc-words >= 0")
         if self.unit not in UNITS:
@@ -62,8 +70,8 @@ class DedupConfig:
             raise UsageError("--annotate-only and --reference go with --substring or --sentences")
         if self.bands < 1 or self.rows < 1 or self.ngram < 1 or self.partitions < 1:
             raise UsageError("--bands, --rows, --ngram and --partitions must be >= 1")
-        if not (self.keep in ("first", "earliest") or (self.keep.startswith("max:") and len(self.keep) > 4)):
-            raise UsageError(f"--keep must be first, earliest or max:COLUMN, not {self.keep!r}")
+        if not (self.keep in ("first", "earliest", "centroid") or (self.keep.startswith("max:") and len(self.keep) > 4)):
+            raise UsageError(f"--keep must be first, earliest, centroid or max:COLUMN, not {self.keep!r}")
 
 
 def rank(row: dict, keep: str) -> float:

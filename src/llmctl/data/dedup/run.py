@@ -39,6 +39,7 @@ from llmctl.data.dedup.minhash import MinHasher, Shingler, Words, s_curve, thres
 from llmctl.data.dedup.normalize import normalize_url, normalized_codes
 from llmctl.data.dedup.apply import Filter
 from llmctl.data.dedup.config import METHODS, STAGE, DedupConfig, rank
+from llmctl.data.dedup import semantic
 from llmctl.data.dedup.spans import sentences_phase, substring_phase, trim_top, unit_sources
 from llmctl.hashing import h64
 from llmctl.errors import StageFailed, UsageError
@@ -112,13 +113,16 @@ class _Sign:
         ids, ranks, chars, url_keys, line_keys = [], [], [], [], []
         hashed = {"exact": [np.zeros(0, np.uint64)], "bands": [np.zeros((0, cfg.bands), np.uint64)], "empty": [np.zeros(0, bool)]}
         # the columns the keys and the survivor rule read, besides id and text
-        columns = ["url"] * cfg.url + ["date"] * (cfg.keep == "earliest") + [cfg.keep[4:]] * cfg.keep.startswith("max:")
+        columns = ["url"] * cfg.url + ["date"] * (cfg.keep == "earliest") + [cfg.keep[4:]] * cfg.keep.startswith("max:") + ["embedding"] * cfg.semantic
+        embeddings = []
         # the reader's skips here are the filter phase's too (same file, same rules): counted there
         for batch in read_source(source, columns=columns, skip_empty=True):
             texts = [t or "" for t in batch.column("text").to_pylist()]
             ids += batch.column("id").to_pylist()
             chars += map(len, texts)
-            if cfg.keep == "first":  # every rank equal: no need to look at the rows
+            if cfg.semantic:
+                embeddings.append(_embeddings(batch))
+            if cfg.keep in ("first", "centroid"):  # every rank equal (centroid's come later): no need to look at the rows
                 ranks += [0.0] * len(texts)
             else:
                 ranks += [rank(row, cfg.keep) for row in batch.to_pylist()]
@@ -145,8 +149,20 @@ class _Sign:
                 arrays["bands"][i] = [h64(f"\0empty\0{first + i}\0{b}") for b in range(cfg.bands)]
         if cfg.lines:
             arrays["lines"] = np.array(line_keys, dtype=np.uint64)
+        if cfg.semantic:  # before the sign file, which marks the task done
+            emb = np.concatenate(embeddings) if embeddings else np.zeros((0, 1), np.float32)
+            _save_npy(self.work / "semantic" / f"{task.index:05d}.npy", semantic.normalized(emb))
         _save_npz(path, **arrays)
         return {}
+
+
+def _embeddings(batch) -> np.ndarray:
+    """The batch's embedding column as a float32 matrix; a null embedding is a zero row."""
+    col = batch.column("embedding").to_pylist()
+    dim = next((len(v) for v in col if v is not None), 0)
+    if any(v is not None and len(v) != dim for v in col):
+        raise UsageError("--semantic: the embedding column holds vectors of different lengths")
+    return np.array([v if v is not None else [0.0] * dim for v in col], dtype=np.float32).reshape(len(col), dim)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,6 +239,9 @@ def build_clusters(cfg: DedupConfig, work: Path, counts: list[int], pair_tasks: 
     ids_all = np.concatenate(ids) if ids else np.array([], dtype=str)
     n = len(ids_all)
     rank = np.concatenate(ranks) if ranks else np.zeros(0)
+    if cfg.keep == "centroid":  # SemDeDup's survivor: the one nearest its k-means centroid
+        with np.load(work / "semantic" / "kmeans.npz") as z:
+            rank = -z["near"].astype(np.float64)
     by_method = {m: [] for m in METHODS}
     for t in pair_tasks:
         by_method[t.payload["family"]].append(np.load(work / "pairs" / f"{t.name}.npy"))
@@ -310,7 +329,7 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
             if (Path(out) / "manifest.json").exists():  # finished before, same config: nothing to do
                 _drop_work(work, cfg)  # but what a kill right after the manifest left behind
                 return read_manifest(out)
-        for sub in ("sign", "pairs"):
+        for sub in ("sign", "pairs") + ("semantic",) * cfg.semantic:
             (work / sub).mkdir(parents=True, exist_ok=True)
 
         sign_tasks = run.tasks(name=lambda i: f"sign-{i:05d}", payload=lambda i, s: {"source": asdict(s), "first": firsts[i]}, weights=estimates)
@@ -332,6 +351,8 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
         _phase(run_tasks(_Pairs(cfg, work, len(sources), firsts), pair_tasks, workers=opts.workers, progress=progress), "pairs")
         progress.finish()
 
+        if cfg.semantic:
+            pair_tasks += _semantic_phase(cfg, work, counts, opts, progress)
         build_clusters(cfg, work, counts, pair_tasks)
         if cfg.substring:
             substring_phase(cfg, work, unit_sources(sources, references), opts.workers, progress, _phase)
@@ -361,6 +382,22 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
         if not streaming and (Path(out) / "manifest.json").exists():
             _drop_work(work, cfg)
         return manifest
+
+
+def _semantic_phase(cfg: DedupConfig, work: Path, counts: list[int], opts: RunOptions, progress: Progress) -> list[Task]:
+    """k-means over every embedding (here), then one pair task per group of clusters."""
+    embeddings = [np.load(work / "semantic" / f"{i:05d}.npy") for i in range(len(counts))]
+    dims = {e.shape[1] for e in embeddings if len(e)}
+    if len(dims) > 1:
+        raise UsageError(f"--semantic: the input files' embeddings have different lengths ({sorted(dims)})")
+    semantic.fit(work, [e for e in embeddings if len(e)] if dims else [], cfg.clusters or None, cfg.seed)
+    del embeddings
+    tasks = [Task(g, f"semantic-g{g:04d}", {"family": "semantic", "clusters": cl})
+             for g, cl in enumerate(semantic.groups(work, 4 * max(1, opts.workers or 1)))]
+    progress.start(len(tasks), "", "dedup: semantic pairs")
+    _phase(run_tasks(semantic.Pairs(work, cfg.eps, len(counts)), tasks, workers=opts.workers, progress=progress), "semantic pairs")
+    progress.finish()
+    return tasks
 
 
 def _references(cfg: DedupConfig) -> list[DocsSource]:
@@ -396,4 +433,6 @@ def _report(cfg: DedupConfig, work: Path, counts: list[int]) -> dict:
         rep["s_curve"] = {"bands": cfg.bands, "rows": cfg.rows, "threshold": round(threshold(cfg.bands, cfg.rows), 4), "p_flag": {str(j): round(float(s_curve(j, cfg.bands, cfg.rows)), 4) for j in S_CURVE_J}}
     with np.load(work / "clusters.npz") as z:
         rep["clusters"] = {str(k): int(v) for k, v in zip(z["hist_names"], z["hist_counts"])}
+    if cfg.semantic:
+        rep["semantic"] = {"eps": cfg.eps, "kmeans_clusters": semantic.cluster_sizes(work)}
     return rep

@@ -12,7 +12,7 @@ from llmctl.report.page import Figure, Section, Table
 from llmctl.report.sections.common import Images, per_artifact, per_second
 
 
-METHODS = ("url", "exact", "lines", "minhash")  # the order data/dedup/run.py applies them
+METHODS = ("url", "exact", "lines", "minhash", "semantic")  # the order data/dedup/run.py applies them
 SPAN_METHODS = ("substring", "sentences")  # then these, inside the survivors (data/dedup/spans.py)
 
 
