@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmctl.artifacts.docs import DocsSource, STDIO, read_source, resolve_docs_inputs, row_count
+from llmctl.artifacts.docs import DocsSource, STDIO, read_source, resolve_docs_inputs, row_count, source_schema
 from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest
@@ -317,6 +317,10 @@ def _run_dedup(inputs: list[str], out: str, cfg: DedupConfig, opts: RunOptions |
         # --reference files: checked before OUT is claimed, and named (by content) in the run's
         # identity and the manifest's inputs, so a changed reference is a changed run
         references = _references(cfg)
+        if cfg.semantic:
+            missing = [s.path for s, schema in zip(sources, map(source_schema, sources)) if schema is not None and "embedding" not in schema.names]
+            if missing:
+                raise UsageError(f"--semantic reads the embedding column, which {missing[0]} lacks (make it with llmctl embed)")
         refs = refs + [{**input_ref(r), "role": "reference"} for r in cfg.reference]
         # rows before reading (the sign phase's weights, and disjoint document numbers for its
         # keys); the rows each file gives once damaged and text-less ones are left out are known
