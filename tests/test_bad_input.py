@@ -374,6 +374,7 @@ COMMANDS = {
     ("inspect",): ("inspect", ["IN"]),
     ("crawl-extract",): ("ExtractConfig", ["IN", "-o", "OUT"]),
     ("dedup",): ("DedupConfig", ["IN", "-o", "OUT", "--exact"]),
+    ("embed",): ("EmbedConfig", ["IN", "-o", "OUT"]),
     ("filter", "run"): ("FilterConfig", ["IN", "-o", "OUT"]),
     ("filter", "train-classifier"): ("TrainClassifierConfig", ["--positive", "IN", "--negative", "IN", "-o", "OUT"]),
     ("filter", "stats"): ("filter stats", ["IN", "-o", "OUT"]),

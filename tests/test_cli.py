@@ -93,7 +93,7 @@ def _command(*path):
 def test_run_control_flags_are_the_same_on_every_stage():
     stages = {("crawl-extract",): RUN_CONTROL, ("filter", "run"): RUN_CONTROL, ("decontam",): RUN_CONTROL,
               ("dedup",): [f for f in RUN_CONTROL if f not in ("--shard-index", "--num-shards")],
-              ("tokenize", "run"): RUN_CONTROL}  # tokenize skips damaged input too
+              ("tokenize", "run"): RUN_CONTROL, ("embed",): RUN_CONTROL}  # tokenize skips damaged input too
     seen = {}
     for path, expected in stages.items():
         params = [p for p in _command(*path).params if p.opts[0] in RUN_CONTROL]

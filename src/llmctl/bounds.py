@@ -129,6 +129,7 @@ BOUNDS: dict[str, dict[str, Bound]] = {
                     "min_len": COUNT, "n_sentences": COUNT, "min_doc_words": NONNEG, "clusters": NONNEG,  # clusters 0: one per 1,000 docs
                     "eps": Bound(0, 1, lo_open=True, hi_open=True)},  # eps 0 finds nothing, 1 joins everything
     "DecontamConfig": {"ngram": NGRAM, "min_overlap": COUNT, "threshold": SHARE},
+    "EmbedConfig": {"batch_size": COUNT},  # past the reader's 8,192-row batches it changes nothing: a forward never holds more
     "TokenizeConfig": {"val_fraction": SHARE_BELOW_1, "seed": SEED, "batch_docs": COUNT},
     "TrainTokenizerConfig": {"vocab_size": VOCAB, "max_chars": COUNT, "seed": SEED, "reserved": NONNEG, "min_frequency": COUNT},
     "TrainClassifierConfig": {"dim": COUNT, "lr": LR, "epoch": COUNT, "word_ngrams": COUNT, "min_count": COUNT, "bucket": COUNT,
