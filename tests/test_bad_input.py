@@ -375,6 +375,7 @@ COMMANDS = {
     ("crawl-extract",): ("ExtractConfig", ["IN", "-o", "OUT"]),
     ("dedup",): ("DedupConfig", ["IN", "-o", "OUT", "--exact"]),
     ("embed",): ("EmbedConfig", ["IN", "-o", "OUT"]),
+    ("annotate",): ("AnnotateConfig", ["IN", "-o", "OUT", "--checkpoint", "RUN"]),
     ("filter", "run"): ("FilterConfig", ["IN", "-o", "OUT"]),
     ("filter", "train-classifier"): ("TrainClassifierConfig", ["--positive", "IN", "--negative", "IN", "-o", "OUT"]),
     ("filter", "stats"): ("filter stats", ["IN", "-o", "OUT"]),

@@ -97,6 +97,7 @@ def base_args(path: tuple[str, ...], t: dict, out) -> list:
         ("crawl-extract",): [d / "tiny.warc.gz", "-o", out, "--workers", "1"],
         ("dedup",): [docs, "-o", out, "--exact", "--workers", "1"],
         ("embed",): [docs, "-o", out, "--workers", "1"],
+        ("annotate",): [docs, "-o", out, "--checkpoint", d / "run", "--max-tokens", "2", "--workers", "1"],
         ("train",): [d / "tokens", "-o", out, *t["small"]],
         ("plan",): ["--model", "tiny"],
         ("decontam",): [docs, "--against", tasks, "-o", out, "--workers", "1"],

@@ -163,6 +163,14 @@ BOUNDS: dict[str, dict[str, Bound]] = {
                    "temperature": NONNEG,  # 0: greedy
                    "top_k": NONNEG,  # 0: off
                    "top_p": MASS, "max_new_tokens": COUNT, "pass_k": COUNT, "batch_size": COUNT},
+    # annotate (eval/annotate.py): a score range past 100 is not a rubric, and the histogram keeps a count per score
+    "AnnotateConfig": {"max_chars": NONNEG,  # 0: never cut
+                       "max_tokens": COUNT, "min_score": at_most(0, 100, "a rubric's scale, counted per score"),
+                       "max_score": at_most(1, 100, "a rubric's scale, counted per score"),
+                       "concurrency": at_most(1, 4096, "each request in flight holds a connection"),
+                       "retries": at_most(0, 100, "past 100 tries a server that does not answer is down"),
+                       "backoff": at_most(0, 60, "the longest wait between tries is 60 s"),  # 0: retry at once
+                       "timeout": at_most(0, 86_400, "a day a request", lo_open=True), "batch_size": COUNT},
     "RLConfig": {
         "steps": COUNT, "prompts_per_step": COUNT, "group_size": at_least(2),  # advantages compare a group's samples
         "max_new_tokens": COUNT, "temperature": POSITIVE, "top_p": MASS, "lr": LR, "warmup_steps": NONNEG,

@@ -18,7 +18,7 @@ from typing import Annotated, Optional
 import typer
 
 from llmctl import __version__
-from llmctl.cli import data, decontam, embed, filter, inspect, plan, pref, report, rl, serve, tokenize, train
+from llmctl.cli import annotate, data, decontam, embed, filter, inspect, plan, pref, report, rl, serve, tokenize, train
 from llmctl.cli import eval as evaluate
 from llmctl.cli.options import G, Json, Quiet
 from llmctl.artifacts.atomic import disk_error
@@ -36,7 +36,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 # --help lists the commands in the order they are added here.
-for family in (inspect, data, embed, train, pref, plan, decontam, evaluate, rl, serve, report):
+for family in (inspect, data, embed, annotate, train, pref, plan, decontam, evaluate, rl, serve, report):
     app.add_typer(family.app)
 app.add_typer(filter.filter_app, name="filter")
 app.add_typer(tokenize.tokenize_app, name="tokenize")
