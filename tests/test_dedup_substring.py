@@ -618,13 +618,13 @@ KILLER = textwrap.dedent(
             hook()
             return real(*a, **k)
         substring.later_copies = later_copies
-    else:  # the units and cuts files go through spans.save
-        real_save = spans.save
+    else:  # the units and cuts files go through spans.save_npz
+        real_save = spans.save_npz
         def save(path, **arrays):
             if path.parent.name == phase:
                 hook()
             return real_save(path, **arrays)
-        spans.save = save
+        spans.save_npz = save
     sys.argv = ["llmctl", *sys.argv[3:]]
     from llmctl.cli import main
     main()

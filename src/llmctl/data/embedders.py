@@ -29,6 +29,7 @@ a multi-worker embed in a process that has already run torch with more than one 
 from __future__ import annotations
 
 import dataclasses
+from abc import ABC, abstractmethod
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -102,7 +103,7 @@ _LOADED: dict[tuple, Any] = {}  # this process's one loaded model, by Embedder.k
 
 
 @dataclass(frozen=True)
-class Embedder:
+class Embedder(ABC):
     """An encoder, described by strings only (pickled to each worker). `dim` and `max_tokens` are
     0 until `prepare()` has loaded the model here once."""
 
@@ -148,16 +149,17 @@ class Embedder:
 
     # -- what a backend defines ------------------------------------------------------------------
 
+    @abstractmethod
     def load(self) -> Any:
-        raise NotImplementedError
+        """The model, loaded in this process."""
 
+    @abstractmethod
     def measure(self, model: Any) -> tuple[int, int]:
         """(dimension, token limit) of the loaded model."""
-        raise NotImplementedError
 
+    @abstractmethod
     def embed(self, texts: list[str]) -> tuple[np.ndarray, list[bool]]:
         """(float32 matrix, one row a text; which texts were truncated) for non-empty texts."""
-        raise NotImplementedError
 
 
 # ---------------------------------------------------------------------------------------------

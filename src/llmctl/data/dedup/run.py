@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 from llmctl.artifacts.docs import DocsSource, STDIO, read_source, resolve_docs_inputs, row_count, source_schema
-from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.lock import output_lock
 from llmctl.artifacts.manifest import Manifest, input_ref, read_manifest
 from llmctl.data.dedup.clusters import components, size_histogram, sizes, survivors
@@ -40,6 +39,7 @@ from llmctl.data.dedup.normalize import normalize_url, normalized_codes
 from llmctl.data.dedup.apply import Filter
 from llmctl.data.dedup.config import METHODS, STAGE, DedupConfig, rank
 from llmctl.data.dedup import semantic
+from llmctl.data.dedup.workfiles import save_npy, save_npz
 from llmctl.data.dedup.spans import sentences_phase, substring_phase, trim_top, unit_sources
 from llmctl.hashing import h64
 from llmctl.errors import StageFailed, UsageError
@@ -51,16 +51,6 @@ from llmctl.runtime.sharded import prepare_out, run_sharded
 from llmctl.runtime.stage import stage_run
 
 S_CURVE_J = (0.3, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
-
-
-def _save_npz(path: Path, **arrays) -> None:
-    with atomic_path(path, ".npz") as tmp:  # numpy appends .npz to a name without it
-        np.savez(tmp, **arrays)
-
-
-def _save_npy(path: Path, array: np.ndarray) -> None:
-    with atomic_path(path, ".npy") as tmp:
-        np.save(tmp, array)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,8 +141,8 @@ class _Sign:
             arrays["lines"] = np.array(line_keys, dtype=np.uint64)
         if cfg.semantic:  # before the sign file, which marks the task done
             emb = np.concatenate(embeddings) if embeddings else np.zeros((0, 1), np.float32)
-            _save_npy(self.work / "semantic" / f"{task.index:05d}.npy", semantic.normalized(emb))
-        _save_npz(path, **arrays)
+            save_npy(self.work / "semantic" / f"{task.index:05d}.npy", semantic.normalized(emb))
+        save_npz(path, **arrays)
         return {}
 
 
@@ -213,7 +203,7 @@ class _Pairs:
                 docs.append((np.arange(len(col), dtype=np.int64) + self.firsts[i])[mine])
             keys_all = np.concatenate(keys) if keys else np.zeros(0, np.uint64)
             docs_all = np.concatenate(docs) if docs else np.zeros(0, np.int64)
-            _save_npy(path, edges_of_equal_keys(keys_all, docs_all))
+            save_npy(path, edges_of_equal_keys(keys_all, docs_all))
         report(1)
         return {}
 
@@ -267,10 +257,10 @@ def build_clusters(cfg: DedupConfig, work: Path, counts: list[int], pair_tasks: 
     start = 0
     for i, c in enumerate(counts):
         sl = slice(start, start + c)
-        _save_npz(work / "clusters" / f"{i:05d}.npz", size=size[sl], removed_by=removed_by[sl], survivor_ids=survivor_ids[sl])
+        save_npz(work / "clusters" / f"{i:05d}.npz", size=size[sl], removed_by=removed_by[sl], survivor_ids=survivor_ids[sl])
         start += c
     hist = size_histogram(size, survivor) if n else {}
-    _save_npz(path, frequent=frequent, hist_names=np.array(list(hist), dtype=str), hist_counts=np.array(list(hist.values()), dtype=np.int64))
+    save_npz(path, frequent=frequent, hist_names=np.array(list(hist), dtype=str), hist_counts=np.array(list(hist.values()), dtype=np.int64))
 
 
 def frequent_lines(work: Path, n_shards: int, cfg: DedupConfig) -> np.ndarray:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llmctl.artifacts.atomic import atomic_path
+from llmctl.data.dedup.workfiles import save_npy, save_npz
 from llmctl.runtime.executor import Task
 
 SAMPLE = 100_000  # documents the centroids are fitted on (all of them when fewer)
@@ -103,8 +103,7 @@ def fit(work: Path, embeddings: list[np.ndarray], k: int | None, seed: int) -> N
         centroids = kmeans(x, k or default_k(len(x)), seed)
         labels = assign(x, centroids)
         near = np.einsum("ij,ij->i", x, centroids[labels])
-    with atomic_path(path, ".npz") as tmp:
-        np.savez(tmp, centroids=centroids, labels=labels, near=near)
+    save_npz(path, centroids=centroids, labels=labels, near=near)
 
 
 def groups(work: Path, tasks: int) -> list[list[int]]:
@@ -136,8 +135,7 @@ class Pairs:
                 labels = z["labels"]
             x = np.concatenate([np.load(self.work / "semantic" / f"{i:05d}.npy") for i in range(self.n_files)] or [np.zeros((0, 1), np.float32)])
             edges = [cluster_edges(x[m], m, self.eps) for j in task.payload["clusters"] if len(m := np.flatnonzero(labels == j)) > 1]
-            with atomic_path(path, ".npy") as tmp:
-                np.save(tmp, np.concatenate(edges) if edges else np.zeros((0, 2), np.int64))
+            save_npy(path, np.concatenate(edges) if edges else np.zeros((0, 2), np.int64))
         report(1)
         return {}
 

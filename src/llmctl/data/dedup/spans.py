@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from llmctl.artifacts.atomic import atomic_path
 from llmctl.artifacts.docs import DocsSource, read_source
 from llmctl.data.dedup import substring
+from llmctl.data.dedup.workfiles import save_npy, save_npz
 from llmctl.runtime.executor import Task, run_tasks
 
 SPANS_TYPE = pa.list_(pa.list_(pa.int64(), 2))  # [[start, end], ...] UTF-8 byte offsets in the text as read
@@ -41,11 +41,6 @@ def _sentences():
     from llmctl.data.dedup import sentences
 
     return sentences
-
-
-def save(path: Path, **arrays) -> None:
-    with atomic_path(path, ".npz") as tmp:
-        np.savez(tmp, **arrays)
 
 
 def _surviving_texts(source: DocsSource, removed_by: np.ndarray | None):
@@ -93,8 +88,8 @@ class _Units:
                 rows.append(row)
                 texts.append(text)
             enc = substring.encode(texts, self.unit)
-            np.save(self.work / "units" / f"{task.index:05d}.units.npy", enc.pop("units"))
-            save(meta, rows=np.array(rows, dtype=np.int64), **enc)
+            save_npy(self.work / "units" / f"{task.index:05d}.units.npy", enc.pop("units"))
+            save_npz(meta, rows=np.array(rows, dtype=np.int64), **enc)
         report(task.weight)
         return {}
 
@@ -124,8 +119,7 @@ class _Repeats:
             sep = units == (substring.SEP_BYTE if self.unit == "bytes" else substring.SEP_TOKEN)
             found = substring.later_copies(units, sep, region, self.min_len)
             base = int(np.sum(shard_units[:b]))  # the shard's first unit in the corpus
-            with atomic_path(path, ".npy") as tmp:
-                np.save(tmp, found - region + base)
+            save_npy(path, found - region + base)
         report(1)
         return {}
 
@@ -168,7 +162,7 @@ class _Cuts:
                     rows.append(int(meta["rows"][d]))
                     lo.append(s)
                     hi.append(e)
-            save(path, rows=np.array(rows, np.int64), start=np.array(lo, np.int64), end=np.array(hi, np.int64))
+            save_npz(path, rows=np.array(rows, np.int64), start=np.array(lo, np.int64), end=np.array(hi, np.int64))
         report(1)
         return {}
 
@@ -201,7 +195,7 @@ def substring_phase(cfg, work: Path, sources: list[UnitSource], workers: int | N
                     where.append((s, k, int(starts[a - doc_first[k]]), int(starts[b - doc_first[k]])))
         shard_units = np.array([int(per_doc[lo:hi].sum()) for lo, hi in shards], dtype=np.int64)
         file_units = np.array([int(u.sum()) for u in doc_units], dtype=np.int64)
-        save(layout, where=np.array(where, dtype=np.int64).reshape(-1, 4), shard_units=shard_units, file_units=file_units)
+        save_npz(layout, where=np.array(where, dtype=np.int64).reshape(-1, 4), shard_units=shard_units, file_units=file_units)
     with np.load(layout) as z:
         where, shard_units = z["where"], z["shard_units"]
 
@@ -241,7 +235,7 @@ class _Windows:
                 k, _ = _sentences().window_keys(text, self.n_sentences)
                 keys.append(k)
                 rows.append(np.full(len(k), row, np.int64))
-            save(path, keys=np.concatenate(keys), rows=np.concatenate(rows))
+            save_npz(path, keys=np.concatenate(keys), rows=np.concatenate(rows))
         report(1)
         return {}
 
@@ -265,7 +259,7 @@ def sentences_phase(cfg, work: Path, sources: list[UnitSource], workers: int | N
             base += int(z["rows"].max()) + 1 if len(z["rows"]) else 0
     dup = _sentences().duplicate_windows(np.concatenate(keys), np.concatenate(docs)) if keys else np.zeros(0, bool)
     bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    save(out, dup=dup, bounds=bounds)
+    save_npz(out, dup=dup, bounds=bounds)
 
 
 # ---------------------------------------------------------------------------------------------
