@@ -392,6 +392,7 @@ COMMANDS = {
 }
 RUN_CONTROL = {"workers", "shard_index", "num_shards", "cpus_per_task"}  # RunOptions validates them
 KEY = {("head",): {"n": "limit"}, ("train",): {"val_fraction": "sft"}}  # a parameter named otherwise than its field
+TABLE = {("filter", "train-classifier"): {"threshold": "TrainRegressionConfig"}}  # a flag of the command's other mode
 ANY_VALUE = {("rl",): {"format_reward"}, ("best-of-n",): {"min_reward"}}  # a penalty, a threshold: any number makes sense
 LORA = {"lora_rank": "rank", "lora_alpha": "alpha", "lora_dropout": "dropout"}  # every trainer's --lora-*: LoraConfig's keys
 
@@ -419,6 +420,7 @@ def _bad_value(path, p):
     table, _ = COMMANDS[path]
     if p.name in LORA:
         table = "LoraConfig"
+    table = TABLE.get(path, {}).get(p.name, table)
     key = LORA.get(p.name) or KEY.get(path, {}).get(p.name, p.name)
     b = BOUNDS.get("sft" if key == "sft" else table, {}).get("val_fraction" if key == "sft" else key)
     if b is None and getattr(p, "min", None) is not None:

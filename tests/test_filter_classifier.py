@@ -13,15 +13,8 @@ import pytest
 from llmctl.artifacts.docs_write import DocsSink
 from llmctl.artifacts.manifest import Manifest, lineage, read_manifest, write_manifest
 from llmctl.data.filters.base import build_step
-from llmctl.data.filters.classifier import (
-    QualityClassifier,
-    TrainClassifierConfig,
-    gpt3_keep_probability,
-    gpt3_keeps,
-    holdout_metrics,
-    top_fraction_cutoff,
-    train_classifier,
-)
+from llmctl.data.filters.classifier import QualityClassifier, gpt3_keep_probability, gpt3_keeps, top_fraction_cutoff
+from llmctl.data.filters.fasttext_train import TrainClassifierConfig, holdout_metrics, train_classifier
 from llmctl.data.filters.doc import Doc
 from llmctl.errors import UsageError
 

@@ -77,7 +77,7 @@ def test_annotate_only_writes_the_statistics_the_filter_uses(example_docs, finew
     for row in rows[:150]:
         assert row["reason"] == rejected.get(row["id"])
         assert row["text"] == original[row["id"]]["text"]  # annotate-only changes nothing
-        redo = run_chain(steps, labels, dict(original[row["id"]]), annotate=True)
+        redo = run_chain(steps, labels, [dict(original[row["id"]])], annotate=True)[0]
         for k, v in redo.stats.items():
             assert row[k] == pytest.approx(v, nan_ok=True), k
     assert "stats.gopher_quality.stop_words" in rows[0] and "stats.fineweb.list_ratio" in rows[0]

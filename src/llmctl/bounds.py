@@ -134,6 +134,8 @@ BOUNDS: dict[str, dict[str, Bound]] = {
     "TrainTokenizerConfig": {"vocab_size": VOCAB, "max_chars": COUNT, "seed": SEED, "reserved": NONNEG, "min_frequency": COUNT},
     "TrainClassifierConfig": {"dim": COUNT, "lr": LR, "epoch": COUNT, "word_ngrams": COUNT, "min_count": COUNT, "bucket": COUNT,
                               "thread": THREADS, "holdout": SHARE_BELOW_1, "seed": SEED, "max_docs": COUNT},
+    "TrainRegressionConfig": {"threshold": Bound(0, 5), "holdout": SHARE_BELOW_1, "seed": SEED, "max_docs": COUNT,  # 0-5: the rubric
+                              "batch_size": COUNT, "ridge": NONNEG},
     # Sizes a downloaded config.json gives too: ceilings far above any release (Llama 3.1 405B: 126 layers, d 16,384,
     # d_ff 53,248, 128 heads of 128; vocabularies to 262,144; contexts to 10M) and low enough that no tensor of the
     # model overflows torch's 64-bit storage size (model/config.py checks the whole against the machine's memory)

@@ -11,6 +11,7 @@ from llmctl.bounds import check_flags
 from llmctl.cli import render
 from llmctl.cli.options import Config, DefaultCommandGroup, DocsIn, Json, Out, Overwrite, Quiet, RunFlags, flags, run_control
 from llmctl.cli.console import ConsoleProgress, err, print_json
+from llmctl.errors import UsageError
 
 filter_app = typer.Typer(
     cls=DefaultCommandGroup,
@@ -47,35 +48,69 @@ def filter_run(
         render.funnel(m, funnel_rows(m))
 
 
+FASTTEXT_ONLY = ("dim", "bucket", "epoch", "lr", "word_ngrams", "label")
+
+
 @filter_app.command("train-classifier")
 def filter_train_classifier(
-    positive: Annotated[list[str], typer.Option("--positive", help="High-quality reference docs (repeatable).")],
-    negative: Annotated[list[str], typer.Option("--negative", help="Random crawl docs (repeatable).")],
-    output: Annotated[str, typer.Option("--output", "-o", help="Output directory: model.bin + manifest.json.")],
-    dim: Annotated[int, typer.Option(min=1, help="Embedding size (DCLM: 256). The model is about (words + bucket) x dim x 4 bytes.")] = 256,
-    bucket: Annotated[int, typer.Option(min=1, help="Hash buckets for word n-grams (fastText default 2M; smaller = smaller model).")] = 2_000_000,
-    epoch: Annotated[int, typer.Option(min=1, help="Training epochs (DCLM: 3).")] = 3,
-    lr: Annotated[float, typer.Option(help="Learning rate (DCLM: 0.1).")] = 0.1,
-    word_ngrams: Annotated[int, typer.Option("--word-ngrams", min=1, help="Word n-gram length (DCLM: 2).")] = 2,
-    label: Annotated[str, typer.Option(help="The positive label's name.")] = "hq",
-    holdout: Annotated[float, typer.Option(help="Share of each class held out to measure precision/recall.")] = 0.1,
-    seed: Annotated[int, typer.Option(help="Seed of the held-out split and of fastText.")] = 0,
-    max_docs: Annotated[Optional[int], typer.Option(help="At most this many docs per class.")] = None,
+    inputs: Annotated[Optional[list[str]], typer.Argument(help="--regression: labelled docs (a numeric --labels column).", show_default=False)] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="Output directory: model.bin (or head.json with --regression) + manifest.json.")] = ...,
+    positive: Annotated[Optional[list[str]], typer.Option("--positive", help="fastText: high-quality reference docs (repeatable).")] = None,
+    negative: Annotated[Optional[list[str]], typer.Option("--negative", help="fastText: random crawl docs (repeatable).")] = None,
+    regression: Annotated[bool, typer.Option("--regression", help="FineWeb-Edu's classifier instead: a linear head on embeddings of DOCS, "
+                                             "fitted to their scores (MSE), applied as int_score >= threshold.")] = False,
+    labels: Annotated[Optional[str], typer.Option("--labels", help="--regression: the score column (default: score, what `llmctl annotate` writes).")] = None,
+    embedder: Annotated[Optional[str], typer.Option("--embedder", help="--regression: minilm (default; its weights come with the embed extra), "
+                                                    "sentence-transformers:MODEL or llmctl:CKPT.")] = None,
+    threshold: Annotated[Optional[int], typer.Option(help="--regression: keep int_score >= this (default 3, FineWeb-Edu's).")] = None,
+    dim: Annotated[Optional[int], typer.Option(help="fastText: embedding size (default 256, DCLM's). The model is about (words + bucket) x dim x 4 bytes.")] = None,
+    bucket: Annotated[Optional[int], typer.Option(help="fastText: hash buckets for word n-grams (default 2M, fastText's; smaller = smaller model).")] = None,
+    epoch: Annotated[Optional[int], typer.Option(help="fastText: training epochs (default 3, DCLM's).")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="fastText: learning rate (default 0.1, DCLM's).")] = None,
+    word_ngrams: Annotated[Optional[int], typer.Option("--word-ngrams", help="fastText: word n-gram length (default 2, DCLM's).")] = None,
+    label: Annotated[Optional[str], typer.Option(help="fastText: the positive label's name (default hq).")] = None,
+    holdout: Annotated[Optional[float], typer.Option(help="Share held out to measure the classifier (default 0.1; fastText: of each class).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of the held-out split (and of fastText).")] = None,
+    max_docs: Annotated[Optional[int], typer.Option(help="At most this many docs (fastText: per class), a seeded sample.")] = None,
     overwrite: Overwrite = False,
     quiet: Quiet = False,
     json_: Json = False,
 ) -> None:
-    """Train a fastText quality classifier the DCLM way, with held-out precision and recall.
+    """Train a quality classifier, with a held-out report in the manifest.
 
-    Positives: a high-quality reference set; negatives: random crawl."""
+    fastText, the DCLM way: --positive (a high-quality reference set) against --negative (random crawl).
+
+    With --regression, FineWeb-Edu's: DOCS scored 0-5 (by `llmctl annotate`, or any Parquet/JSONL with a score column) are embedded and a linear head is fitted to the scores; held out: MSE, Spearman, F1 at the threshold, confusion matrix.
+
+    Either is applied by the filter's `classifier` step (`model = OUT`; stages/filter/edu.toml for a head)."""
     from llmctl.config import build_config
-    from llmctl.data.filters.classifier import TrainClassifierConfig, train_classifier
 
     quiet, as_json = flags(quiet, json_)
-    cfg = build_config(TrainClassifierConfig, "filter train-classifier", None, dict(
-        dim=dim, bucket=bucket, epoch=epoch, lr=lr, word_ngrams=word_ngrams, label=label, holdout=holdout, seed=seed,
-        max_docs=max_docs, overwrite=overwrite))
-    m = train_classifier(positive, negative, output, cfg, ConsoleProgress(quiet))
+    check_flags("TrainRegressionConfig", threshold=threshold)  # its range first, whichever the mode
+    given = dict(dim=dim, bucket=bucket, epoch=epoch, lr=lr, word_ngrams=word_ngrams, label=label)
+    shared = dict(holdout=holdout, seed=seed, max_docs=max_docs, overwrite=overwrite)
+    if regression:
+        from llmctl.data.filters.edu_train import TrainRegressionConfig, train_regression
+        from llmctl.model.embed import make_embedder
+
+        wrong = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
+        wrong += ["--positive"] * bool(positive) + ["--negative"] * bool(negative)
+        if wrong:
+            raise UsageError(f"{wrong[0]} is for a fastText classifier, not --regression (which reads DOCS and their --labels)")
+        cfg = build_config(TrainRegressionConfig, "filter train-classifier", None,
+                           dict(labels=labels, embedder=embedder, threshold=threshold, **shared))
+        m = train_regression(inputs or [], output, cfg, ConsoleProgress(quiet), embedder=make_embedder(cfg.embedder))
+    else:
+        from llmctl.data.filters.fasttext_train import TrainClassifierConfig, train_classifier
+
+        wrong = [f for f, v in (("--labels", labels), ("--embedder", embedder), ("--threshold", threshold)) if v is not None]
+        if inputs or wrong:
+            what = wrong[0] if wrong else f"DOCS ({inputs[0]})"
+            raise UsageError(f"{what} goes with --regression; a fastText classifier reads --positive and --negative")
+        if not positive or not negative:
+            raise UsageError("train-classifier needs --positive DOCS and --negative DOCS (or --regression DOCS)")
+        cfg = build_config(TrainClassifierConfig, "filter train-classifier", None, {**given, **shared})
+        m = train_classifier(positive, negative, output, cfg, ConsoleProgress(quiet))
     render.report(m, output, quiet, as_json, rate_key="none")
 
 

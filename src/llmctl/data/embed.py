@@ -35,11 +35,10 @@ import pyarrow as pa
 from llmctl.artifacts.docs import DocsSource
 from llmctl.artifacts.docs_shard import ShardInput, ShardOutput, with_fields
 from llmctl.artifacts.manifest import Manifest
-from llmctl.bounds import usable_cores
 from llmctl.data.embedders import Embedder, parse_spec, sentence_embedder, torch_threads
 from llmctl.errors import UsageError
-from llmctl.runtime.executor import Task, default_workers
-from llmctl.runtime.options import RunOptions
+from llmctl.runtime.executor import Task
+from llmctl.runtime.options import RunOptions, cores_per_task
 from llmctl.runtime.progress import Progress
 from llmctl.runtime.sharded import run_sharded
 from llmctl.runtime.stage import stage_run
@@ -123,15 +122,6 @@ def embed_shard(task: Task, out: Path, report, cfg: EmbedConfig, embedder: Embed
 # The stage
 
 
-def task_threads(opts: RunOptions, tasks: int) -> int:
-    """torch threads per task: a Ray task's CPUs; locally the cores its pool leaves each task
-    (all of them for one file, one each when the files fill the workers)."""
-    if opts.executor != "local":  # never more threads than the cores of the machine it lands on
-        return max(1, min(int(opts.cpus_per_task or 1), usable_cores()))
-    workers = min(opts.workers or default_workers(), usable_cores())
-    return max(1, workers // max(1, min(workers, tasks)))
-
-
 def run_embed(inputs: list[str], out: str, cfg: EmbedConfig, opts: RunOptions | None = None,
               progress: Progress | None = None, embedder: Embedder | None = None, stdout=None) -> Manifest:
     """Embed the documents of `inputs` into `out` (a directory, or `-` for an Arrow stream).
@@ -151,7 +141,7 @@ def run_embed(inputs: list[str], out: str, cfg: EmbedConfig, opts: RunOptions | 
             kind="docs",
             out=out,
             tasks=tasks,
-            fn=_ShardFn(cfg, embedder, task_threads(opts, len(tasks))),
+            fn=_ShardFn(cfg, embedder, cores_per_task(opts, len(tasks))),
             config=config,
             inputs=refs,
             opts=opts,

@@ -9,7 +9,8 @@
                                in the local Hugging Face cache (never downloaded: local_files_only). It
                                runs its own modules (pooling, normalization, dense layers) as saved.
     llmctl:CKPT                an llmctl checkpoint or imported model (llmctl.model.embed: this layer
-                               does not import the model).
+                               does not import the model; that module registers the backend with
+                               `register_backend` when it is imported, and `open_embedder` finds it).
 
 Length. A document is embedded from its first `max_tokens` tokens: the model's own limit (256 word
 pieces for MiniLM, [CLS] and [SEP] included; an llmctl model's context less the token a document
@@ -31,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,6 +253,24 @@ def hub_folder(name: str) -> Path:
                      "Hugging Face cache (llmctl never downloads: give a folder, or fetch the model first)")
 
 
+_BACKENDS: dict[str, Callable[[str, str], Embedder]] = {}  # kind -> factory(spec, argument), from layers above
+
+
+def register_backend(kind: str, factory: Callable[[str, str], Embedder]) -> None:
+    """Let `open_embedder` make the embedders of `kind` (llmctl.model.embed registers `llmctl`)."""
+    _BACKENDS[kind] = factory
+
+
+def open_embedder(spec: str) -> Embedder:
+    """The embedder an --embedder value names, its model not loaded yet."""
+    kind, arg = parse_spec(spec)
+    if kind in _BACKENDS:
+        return _BACKENDS[kind](spec, arg)
+    if kind == "llmctl":
+        raise UsageError(f"--embedder {spec}: import llmctl.model.embed first (it opens llmctl checkpoints)")
+    return sentence_embedder(spec)
+
+
 def sentence_embedder(spec: str) -> SentenceTransformerEmbedder:
     """The embedder `minilm` or `sentence-transformers:MODEL` names (its model not loaded yet)."""
     kind, arg = parse_spec(spec)
@@ -268,5 +287,5 @@ def sentence_embedder(spec: str) -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder(spec, kind, str(folder), weights_sha256(folder, files), pooling)
 
 
-__all__ = ["Embedder", "SentenceTransformerEmbedder", "sentence_embedder", "parse_spec", "torch_threads", "one_torch_thread",
+__all__ = ["Embedder", "SentenceTransformerEmbedder", "sentence_embedder", "open_embedder", "register_backend", "parse_spec", "torch_threads", "one_torch_thread",
            "weights_sha256", "minilm_folder", "MAX_CHARS_PER_TOKEN", "CHOICES"]

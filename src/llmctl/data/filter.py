@@ -28,7 +28,7 @@ from llmctl.data.filters import STEPS, Doc, Step, all_stats, build_step, first_f
 from llmctl.errors import UsageError
 from llmctl.runtime.executor import Task
 from llmctl.runtime.progress import Progress
-from llmctl.runtime.options import RunOptions
+from llmctl.runtime.options import RunOptions, cores_per_task
 from llmctl.runtime.sharded import run_sharded
 from llmctl.runtime.stage import stage_run
 
@@ -82,25 +82,32 @@ class Outcome:
     rewritten: list[int]  # characters removed by each step's rewrite
 
 
-def run_chain(steps: list[Step], labels: list[str], row: dict, annotate: bool) -> Outcome:
-    doc = Doc(row.get("text") or "", row)
-    stats: dict[str, float] = {}
-    rewritten = [0] * len(steps)
-    reason, where = None, None
+def run_chain(steps: list[Step], labels: list[str], rows: list[dict], annotate: bool) -> list[Outcome]:
+    """Each row through the chain: a step at a time over the documents still in it (all of them
+    with `annotate`), so a step can score them together (Step.prepare_batch). A document's outcome
+    is what it would be alone: it stops at its first failing step, or in annotate mode goes on."""
+    docs = [Doc(row.get("text") or "", row) for row in rows]
+    out = [Outcome(None, None, "", {}, [0] * len(steps)) for _ in docs]
     for i, (step, label) in enumerate(zip(steps, labels)):
-        if annotate:
-            values, failed = all_stats(step, doc)
-            stats.update({f"stats.{label}.{k}": v for k, v in values.items()})
-        else:
-            failed = first_failure(step, doc)
-        if failed and reason is None:
-            reason, where = f"{label}.{failed}", i
-            if not annotate:
-                break
-        before = len(doc.text)
-        step.transform(doc)
-        rewritten[i] = before - len(doc.text)
-    return Outcome(reason, where, doc.text, stats, rewritten)
+        live = [j for j, o in enumerate(out) if annotate or o.reason is None]
+        step.prepare_batch([docs[j] for j in live])
+        for j in live:
+            doc, o = docs[j], out[j]
+            if annotate:
+                values, failed = all_stats(step, doc)
+                o.stats.update({f"stats.{label}.{k}": v for k, v in values.items()})
+            else:
+                failed = first_failure(step, doc)
+            if failed and o.reason is None:
+                o.reason, o.step_index = f"{label}.{failed}", i
+                if not annotate:
+                    continue
+            before = len(doc.text)
+            step.transform(doc)
+            o.rewritten[i] = before - len(doc.text)
+    for doc, o in zip(docs, out):
+        o.text = doc.text
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,9 +134,9 @@ def stats_columns(steps: list[Step], labels: list[str]) -> list[str]:
 
 def output_schema(input_schema: pa.Schema, steps, labels, annotate: bool) -> pa.Schema:
     schema = input_schema
-    for name, typ in extra_columns(steps).items():
-        if name not in schema.names:
-            schema = schema.append(pa.field(name, typ))
+    for name, typ in extra_columns(steps).items():  # a column the input has already is the step's now
+        i = schema.get_field_index(name)
+        schema = schema.append(pa.field(name, typ)) if i < 0 else schema.set(i, pa.field(name, typ))
     if annotate:
         for name in stats_columns(steps, labels):
             schema = schema.append(pa.field(name, pa.float64()))
@@ -162,9 +169,9 @@ def filter_shard(task: Task, out: Path, report, cfg: FilterConfig, steps: list[S
     with ShardOutput(out, task.name, schema, rejected=[] if cfg.keep_rejected and not cfg.annotate_only else None) as shard:
         for batch in inp.batches():
             kept_rows, rej_rows = [], []
-            for row in batch.to_pylist():
+            rows = batch.to_pylist()
+            for row, o in zip(rows, run_chain(steps, labels, rows, cfg.annotate_only)):
                 original = row.get("text") or ""
-                o = run_chain(steps, labels, row, cfg.annotate_only)
                 n_in += 1
                 chars_in += len(original)
                 # the funnel is the same in both modes; annotate-only just writes every row
@@ -214,8 +221,7 @@ def _texts_reaching(before: list[Step], labels: list[str], sources: list[DocsSou
     heuristic filters, not of the raw crawl)."""
     for s in sources:
         for b in read_source(s, skip_empty=True):  # the shards count what is left out
-            for row in b.to_pylist():
-                o = run_chain(before, labels, row, annotate=False)
+            for o in run_chain(before, labels, b.to_pylist(), annotate=False):
                 if o.reason is None:
                     yield o.text
 
@@ -231,8 +237,13 @@ def run_filter(inputs: list[str], out: str, cfg: FilterConfig, opts: RunOptions 
             if step.needs_prepare:  # corpus-wide figures (a top-fraction threshold) before any shard
                 step.prepare(_texts_reaching(steps[:k], labels[:k], sources))
         tasks = run.tasks(key=run.stream_key)  # a resumed run reuses parts of this stream only
+        for step in steps:
+            step.use_cores(cores_per_task(opts, len(tasks)))
         config = asdict(cfg)
         config["step_labels"] = step_labels(cfg.steps)
+        models = {label: s.identity() for label, s in zip(labels, steps) if hasattr(s, "identity")}
+        if models:  # a model's content, not only its path, is part of what a resume must share
+            config["step_models"] = models
         return run_sharded(
             stage=STAGE,
             kind="docs",

@@ -25,7 +25,7 @@ import torch
 
 from llmctl.artifacts.checkpoint import open_checkpoint, weights_file
 from llmctl.artifacts.manifest import file_sha256
-from llmctl.data.embedders import Embedder, parse_spec, sentence_embedder
+from llmctl.data.embedders import Embedder, open_embedder, register_backend
 from llmctl.errors import UsageError
 from llmctl.model.load import load_model, model_config, read_lora
 from llmctl.model.lora import LORA_FILE
@@ -87,10 +87,12 @@ def checkpoint_embedder(spec: str, path: str) -> CheckpointEmbedder:
     return CheckpointEmbedder(spec, "llmctl", str(ck.path.resolve()), digest, pooling)
 
 
+register_backend("llmctl", checkpoint_embedder)  # so that data/ can open one (open_embedder) once this is imported
+
+
 def make_embedder(spec: str) -> Embedder:
     """The embedder an --embedder value names: minilm, sentence-transformers:MODEL, llmctl:CKPT."""
-    kind, arg = parse_spec(spec)
-    return checkpoint_embedder(spec, arg) if kind == "llmctl" else sentence_embedder(spec)
+    return open_embedder(spec)
 
 
 __all__ = ["CheckpointEmbedder", "checkpoint_embedder", "make_embedder"]

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from llmctl.bounds import check_value, flag_of
+from llmctl.bounds import check_value, flag_of, usable_cores
 from llmctl.errors import UsageError
+from llmctl.runtime.executor import default_workers
 
 EXECUTORS = ("local", "ray")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -71,3 +72,13 @@ def executor_scope(opts: RunOptions) -> Iterator[None]:
 
     with ray_session(opts.ray_address, opts.cpus_per_task or 1.0, opts.memory_per_task, opts.max_retries):
         yield
+
+
+def cores_per_task(opts: RunOptions, tasks: int) -> int:
+    """The cores one task of a run may use for its own threads (torch's, for a stage that runs a
+    model): a Ray task's CPUs; locally what its pool leaves each task (all of them for one file,
+    one each when the files fill the workers)."""
+    if opts.executor != "local":  # never more threads than the cores of the machine it lands on
+        return max(1, min(int(opts.cpus_per_task or 1), usable_cores()))
+    workers = min(opts.workers or default_workers(), usable_cores())
+    return max(1, workers // max(1, min(workers, tasks)))

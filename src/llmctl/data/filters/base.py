@@ -5,7 +5,8 @@ config), and `checks(doc)` yields `(statistic, value, passes)` in the order the 
 The filter stops at the first statistic that fails and names it in the `reason` column
 (`gopher_quality.stop_words`); `--annotate-only` drains every step's checks and keeps the
 values as `stats.<step>.<statistic>` columns. Steps that rewrite the text (C4's line cleaning,
-PII masking) do it in `transform`, after their checks pass.
+PII masking) do it in `transform`, after their checks pass. The chain runs a batch of documents
+through one step at a time, so a step that runs a model sees them together (`prepare_batch`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ class Step:
         """A pass over all documents before filtering (steps that need corpus-wide figures)."""
 
     needs_prepare: ClassVar[bool] = False
+
+    def prepare_batch(self, docs: list[Doc]) -> None:
+        """Called with the documents about to be checked, before their checks: a step that runs a
+        model scores them here in a few large calls rather than one call a document."""
+
+    def use_cores(self, n: int) -> None:
+        """The cores each worker of the run may give this step's own threads (a model's)."""
 
 
 def build_step(spec: dict) -> Step:
