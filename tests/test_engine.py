@@ -190,3 +190,32 @@ def test_nucleus_without_a_full_sort_keeps_what_the_sorted_definition_keeps():
             assert torch.equal(got, want), (scale, k, p)
     mixed = filter_logits(x, torch.tensor([0, 3] * 20), torch.tensor([0.9, 1.0] * 20))  # each row its own settings
     assert torch.equal(mixed[1::2] > float("-inf"), filter_logits(x[1::2], torch.full((20,), 3), torch.ones(20)) > float("-inf"))
+
+
+def test_the_pools_evictable_count_follows_every_step(model):
+    """BlockPool.available() reads a running count of cached blocks nothing else holds (a scan of the
+    prefix cache re-hashed every key each admission); through prefix hits, samples sharing blocks,
+    preemption, aborts and eviction the count stays the one a scan gives."""
+    params = SamplingParams(max_new_tokens=24, temperature=1.0)
+    e = engine(model, block_size=4, kv_tokens=96)
+    s = Scheduler(e, e.config)
+    pool, evicted = s.pool, 0
+    shared = "Q: 1+1? A: 2. Q: 2+2? A: 4. "
+
+    def step():
+        nonlocal evicted
+        before = len(pool.cached)
+        s.step()
+        evicted += len(pool.cached) < before
+        assert pool.evictable == sum(1 for b in pool.key_of if pool.refs[b] == 1)
+
+    for k in range(12):
+        s.add(Request(str(k), encode(shared + "xyz" * k), params, [k, k + 100][: 1 + k % 2]))
+        if k == 6:
+            s.abort("5")
+        if k % 2:
+            step()
+    while s.has_work():
+        step()
+    assert pool.evictable == len(pool.cached) > 0  # nothing runs: every cached block can go
+    assert s.stats["prefix_hit_tokens"] > 0 and s.stats["preemptions"] > 0 and evicted > 0

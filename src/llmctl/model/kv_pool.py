@@ -38,6 +38,10 @@ class BlockPool:
         # token prefix, compared exactly (no hash collision can hand out another prompt's keys)
         self.cached: OrderedDict[tuple, int] = OrderedDict()
         self.key_of: dict[int, tuple] = {}
+        # cached blocks nothing else holds (refs 1), kept as refs change: counting them by walking
+        # `cached` re-hashes every key (OrderedDict iteration looks each key up, and a key's hash walks
+        # its whole prefix chain), measured 63 ms an admission at 15,000 cached blocks
+        self.evictable = 0
         self.in_use = self.peak_in_use = self.peak_capacity = 0
         self._grow(min(max_blocks, 64))
 
@@ -59,8 +63,7 @@ class BlockPool:
     def available(self) -> int:
         """Blocks that can still be handed out: free ones, the budget not yet allocated, and cached
         blocks nothing else holds (evicted on demand)."""
-        evictable = sum(1 for b in self.cached.values() if self.refs[b] == 1)
-        return len(self.free) + (self.max_blocks - self.capacity) + evictable
+        return len(self.free) + (self.max_blocks - self.capacity) + self.evictable
 
     def allocate(self) -> int | None:
         if not self.free and self.capacity < self.max_blocks:
@@ -77,11 +80,15 @@ class BlockPool:
 
     def share(self, block: int) -> int:
         self.refs[block] += 1
+        if self.refs[block] == 2 and block in self.key_of:  # a cached block in use again
+            self.evictable -= 1
         return block
 
     def release(self, block: int) -> None:
         self.refs[block] -= 1
-        if self.refs[block] == 0:
+        if self.refs[block] == 1 and block in self.key_of:  # only the cache holds it now
+            self.evictable += 1
+        elif self.refs[block] == 0:
             self.in_use -= 1
             self.free.append(block)
 
@@ -108,6 +115,7 @@ class BlockPool:
         for key, block in self.cached.items():
             if self.refs[block] == 1:
                 del self.cached[key], self.key_of[block]
+                self.evictable -= 1
                 self.release(block)
                 return
 
