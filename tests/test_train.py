@@ -193,12 +193,13 @@ def test_nan_guard_counts_skips_then_aborts(tokens, tmp_path):
     assert [r.get("skipped", False) for r in recs][-3:] == [True, True, True]
 
 
-@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp", "ddp-muon"])
 def test_two_processes_match_one(tokens, tmp_path, sharding):
-    """2 gloo ranks (DDP, or FSDP2 with --fsdp) with the same global batch follow the
-    single-process loss curve, and the checkpoint holds the full (unsharded) weights."""
+    """2 gloo ranks (DDP, or FSDP2 with --fsdp; DDP with --optimizer muon) with the same global
+    batch follow the single-process loss curve, and the checkpoint holds the full (unsharded) weights."""
     one, two = tmp_path / "one", tmp_path / "two"
-    args = ["train", str(tokens / "train"), *map(str, SMALL), "--max-tokens", "2560", "-q"]
+    args = ["train", str(tokens / "train"), *map(str, SMALL), "--max-tokens", "2560", "-q",
+            *(["--optimizer", "muon"] if sharding == "ddp-muon" else [])]
     llmctl(*args, "-o", one, check=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",

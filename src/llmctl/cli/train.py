@@ -34,6 +34,7 @@ def train(
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Stop after this many steps (schedule unchanged).")] = None,
     max_epochs: Annotated[Optional[float], typer.Option("--max-epochs", help="Draw at most this many epochs of each source; when every source is capped the run's length (and schedule) shrinks to fit.")] = None,
     lr: Annotated[Optional[float], typer.Option("--lr", help="Peak learning rate.")] = None,
+    optimizer: Annotated[Optional[str], typer.Option("--optimizer", help="adamw (default), or muon: Muon on the hidden matrices (q, k, v, o, gate, up, down; each fused block orthogonalized alone), AdamW on embeddings, head and norms; its update is RMS-matched to AdamW's, so --lr and the weight decay carry over. Not with --fsdp or --lora-rank.")] = None,
     batch_tokens: Annotated[Optional[int], typer.Option("--batch-tokens", help="Global batch in tokens (all ranks).")] = None,
     micro_batch: Annotated[Optional[int], typer.Option("--micro-batch", help="Sequences per forward pass; gradient accumulation makes up the rest.")] = None,
     seq_len: Annotated[Optional[int], typer.Option("--seq-len", help="Tokens per training sequence.")] = None,
@@ -81,7 +82,7 @@ def train(
         raise UsageError("train: --init fixes the architecture; --set model.* cannot change it")
 
     quiet, as_json = flags(quiet, json_)
-    overrides = dict(max_tokens=max_tokens, max_steps=max_steps, max_epochs=max_epochs, lr=lr, batch_tokens=batch_tokens, micro_batch=micro_batch,
+    overrides = dict(max_tokens=max_tokens, max_steps=max_steps, max_epochs=max_epochs, lr=lr, optimizer=optimizer, batch_tokens=batch_tokens, micro_batch=micro_batch,
                     seq_len=seq_len, schedule=schedule, dtype=dtype, seed=seed, eval_every=eval_every,
                     checkpoint_every=checkpoint_every, compile=compile_, fsdp=fsdp, peak_flops=peak_flops,
                     device=device, threads=threads, init_optimizer=init_optimizer, recompute=recompute, ema_decay=ema_decay,

@@ -134,6 +134,7 @@ class Attention(nn.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=cfg.qkv_bias)
+        self.qkv.row_blocks = (q_dim, kv_dim, kv_dim)  # three matrices in one: Muon orthogonalizes each (torchrt/muon.py)
         self.o = nn.Linear(q_dim, cfg.d_model, bias=cfg.o_bias)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
@@ -172,6 +173,7 @@ class SwiGLU(nn.Module):
         super().__init__()
         self.d_ff = cfg.d_ff
         self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.d_ff, bias=False)
+        self.gate_up.row_blocks = (cfg.d_ff, cfg.d_ff)
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, x):

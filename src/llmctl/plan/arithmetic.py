@@ -113,6 +113,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("fp32-adamw", 4, 4, 8, 0, "FP32 weights and grads, Adam m, v"),
     Recipe("adamw-8bit", 2, 2, 6, 4, "8-bit Adam moments + FP32 master"),
     Recipe("sgd-momentum", 2, 2, 8, 4, "FP32 master + momentum"),
+    # Muon keeps one momentum buffer per hidden matrix (torchrt/muon.py); the embedding and head keep
+    # AdamW's two moments, 4 B/param more on their share, not itemized here
+    Recipe("bf16-muon", 2, 2, 8, 4, "FP32 master + Muon momentum (the embedding and head: AdamW m, v)"),
+    Recipe("fp32-muon", 4, 4, 4, 0, "FP32 weights and grads, Muon momentum (the embedding and head: AdamW m, v)"),
     Recipe("adafactor", 2, 2, 4, 4, "FP32 master, factored second moment in O(n+m): about 8 B/param"),
     Recipe("deepseek-v3", 0, 4, 8, 4, "FP32 master and grads, BF16 Adam moments (2+2+4+4); "
            "the low-precision working copy is not itemized"),

@@ -1,4 +1,5 @@
-"""AdamW with the spec's parameter groups, and learning-rate schedules measured in tokens.
+"""AdamW with the spec's parameter groups (or Muon with them: muon.py), and learning-rate schedules
+measured in tokens.
 
 Spec 001-arch-optim-scaling §A4/§A10: β = (0.9, 0.95), ε = 1e-8, weight decay 0.1 on matrices
 only — never on embeddings, norm gains or biases — and global-norm clipping at 1.0. §A5: schedules
@@ -26,8 +27,21 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
-                   eps: float, fused: bool | None = None) -> torch.optim.AdamW:
+                   eps: float, fused: bool | None = None, optimizer: str = "adamw") -> torch.optim.Optimizer:
+    """AdamW with these groups, or Muon on the hidden matrices and AdamW on the rest (muon.py)."""
+    if optimizer == "muon":
+        from llmctl.torchrt.muon import make_muon
+
+        return make_muon(model, lr, weight_decay, betas, eps, fused=fused)
     return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, fused=fused)
+
+
+def describe_groups(opt: torch.optim.Optimizer) -> list[dict]:
+    """Each group of `opt` by name, with its parameters, peak rate and weight decay (a run's config)."""
+    return [{"name": g.get("name", str(i)), "params": sum(p.numel() for p in g["params"]), "tensors": len(g["params"]),
+             "lr": g["lr"], "weight_decay": g["weight_decay"],
+             **({"update": "0.2*sqrt(max(n1, n2))*NS5(momentum), each fused block alone"} if g.get("name") == "muon" else {})}
+            for i, g in enumerate(opt.param_groups)]
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> float:

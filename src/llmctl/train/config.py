@@ -14,6 +14,7 @@ from llmctl.torchrt.device import DTYPES
 
 SCHEDULES = ("wsd", "cosine", "linear", "decay")
 ON_SPIKE = ("flag", "skip-batch", "rewind")
+OPTIMIZERS = ("adamw", "muon")
 
 
 @dataclass
@@ -31,6 +32,7 @@ class TrainConfig:
     cooldown_frac: float = 0.2  # wsd: decay over the last 20% (spec §A5: 10-20%)
     cooldown: str = "linear"  # wsd cooldown shape: linear | sqrt (1 − √)
     final_lr_frac: float = 0.0  # wsd/cosine floor as a fraction of peak (cosine: 0 means 10%)
+    optimizer: str = "adamw"  # adamw | muon: Muon on the hidden matrices, AdamW on the rest (torchrt/muon.py)
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -70,6 +72,14 @@ class TrainConfig:
             raise UsageError(f"train: schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.cooldown not in ("linear", "sqrt"):
             raise UsageError(f"train: cooldown must be linear or sqrt, got {self.cooldown!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise UsageError(f"train: optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.optimizer == "muon":
+            for on, what in ((self.fsdp, "--fsdp (a rank holds a shard of each matrix; Newton-Schulz needs it whole: use DDP)"),
+                             (self.lora is not None, "--lora-rank (the adapters are trained with AdamW)"),
+                             (self.init_optimizer, "--init-optimizer (the checkpoint's state is AdamW's)")):
+                if on:
+                    raise UsageError(f"train: --optimizer muon does not go with {what}")
         if self.on_spike not in ON_SPIKE:
             raise UsageError(f"train: on_spike must be one of {', '.join(ON_SPIKE)}, got {self.on_spike!r}")
         if self.ema_decay is not None and not 0 < self.ema_decay < 1:

@@ -49,7 +49,7 @@ from llmctl.torchrt.alloc import keep_freed_memory
 from llmctl.torchrt.device import DTYPES, autocast
 from llmctl.torchrt.distributed import Dist
 from llmctl.torchrt.mfu import mfu, peak_flops
-from llmctl.torchrt.optim import lr_at, make_optimizer, set_lr
+from llmctl.torchrt.optim import describe_groups, lr_at, make_optimizer, set_lr
 from llmctl.torchrt import rundir
 from llmctl.torchrt.rundir import RunDir
 from llmctl.train.config import TrainConfig
@@ -223,7 +223,8 @@ class Trainer:
         # fused AdamW: one kernel over all parameters (transformers' Trainer default too); FSDP's
         # DTensors take the default implementation
         opt = make_optimizer(model, self.cfg.lr, self.cfg.weight_decay, (self.cfg.beta1, self.cfg.beta2), self.cfg.eps,
-                             fused=not self.cfg.fsdp)
+                             fused=not self.cfg.fsdp, optimizer=self.cfg.optimizer)
+        self.optimizer_groups = describe_groups(opt)
         carried = ck if ck is not None else (init if self.cfg.init_optimizer else None)
         if carried is not None and (optim_state := carried.optimizer_state()) is not None:
             try:
@@ -444,7 +445,8 @@ class Trainer:
         if state.get("skipped_data"):
             counts["skipped_data_steps"] = len(state["skipped_data"])
         counts.update({f"val_ema_{k}": v for k, v in (val_ema or {}).items()})
-        config = {"model": self.model_cfg.to_dict(), "train": asdict(self.cfg), **config}
+        config = {"model": self.model_cfg.to_dict(), "train": asdict(self.cfg), **config,
+                  "optimizer_groups": getattr(self, "optimizer_groups", None)}
         return self.run_dir.finish(Manifest(kind="run", stage=getattr(self.source, "stage", "train"), config=config, inputs=inputs, outputs=[],
                                             counts=counts, wall_seconds=round(wall, 3)))
 
