@@ -20,7 +20,7 @@ import numpy as np
 
 SCORES = 6  # 0 .. 5, the additive rubric's range
 RIDGE = 1e-3  # L2 penalty relative to the mean squared embedding norm: numerical safety only
-RIDGES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)  # what choose_ridge tries
+RIDGES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)  # what choose_ridge tries
 FOLDS = 5
 
 
