@@ -386,7 +386,9 @@ COMMANDS = {
     ("eval", "run"): ("EvalConfig", ["RUN", "-o", "OUT", "-t", "gen:TASKS"]),
     ("generate",): ("generate", ["RUN", "-p", "hi"]),
     ("rl",): ("RLConfig", ["RUN", "--prompts", "TASKS", "-o", "OUT"]),
-    ("plan",): ("plan", ["--model", "tiny"]),
+    ("plan", "run"): ("plan", ["--model", "tiny"]),
+    ("plan", "fit"): ("plan fit", ["RUN", "-o", "OUT"]),
+    ("plan", "ladder"): ("plan ladder", ["TOKENS", "-o", "OUT", "--size", "32x1", "--size", "64x1", "--budget", "1e9"]),
     ("best-of-n",): ("BestOfNConfig", ["RUN", "--prompts", "TASKS", "-o", "OUT"]),
     ("serve",): ("serve", ["RUN"]),
 }

@@ -85,6 +85,14 @@ def tiny(tmp_path_factory):
     return {"dir": d, "small": small}
 
 
+def _fit_ladder(d) -> list:
+    """plan fit's input: nine finished runs (manifests only, losses from the Chinchilla law), made once."""
+    from test_plan_fit import fake_ladder
+
+    root = d / "fit-ladder"
+    return sorted(root.iterdir()) if root.exists() else fake_ladder(root)
+
+
 def base_args(path: tuple[str, ...], t: dict, out) -> list:
     """The command with its inputs and small settings; the option under test is appended (the
     last occurrence of an option wins)."""
@@ -99,7 +107,10 @@ def base_args(path: tuple[str, ...], t: dict, out) -> list:
         ("embed",): [docs, "-o", out, "--workers", "1"],
         ("annotate",): [docs, "-o", out, "--checkpoint", d / "run", "--max-tokens", "2", "--workers", "1"],
         ("train",): [d / "tokens", "-o", out, *t["small"]],
-        ("plan",): ["--model", "tiny"],
+        ("plan", "run"): ["--model", "tiny"],
+        ("plan", "fit"): [*_fit_ladder(d), "-o", out, "--bootstrap", "3"],
+        ("plan", "ladder"): [d / "tokens", "-o", out, "--size", "32x1", "--size", "64x1", "--budget", "1e9", "--min-tpp", "0.001",
+                             "--max-tpp", "1e6"],
         ("decontam",): [docs, "--against", tasks, "-o", out, "--workers", "1"],
         ("generate",): [d / "run", "-p", "the river", "--max-new-tokens", "2"],
         ("serve",): [d / "run"],

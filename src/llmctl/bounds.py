@@ -209,6 +209,9 @@ BOUNDS: dict[str, dict[str, Bound]] = {
              "micro_batch": COUNT, "batch_tokens": COUNT, "zero": Bound(0, 3), "price": NONNEG, "mttf": POSITIVE,
              "failure_rate": NONNEG, "gpus_per_node": GPUS, "ckpt_write_s": NONNEG, "restart_s": NONNEG, "ettr": MASS,
              "gpu_hours": POSITIVE},
+    "plan ladder": {"budget": POSITIVE, "min_tpp": POSITIVE, "max_tpp": POSITIVE},
+    # each bootstrap round is a full refit (~40 ms for 30 runs): 10^5 rounds is over an hour; 0: no intervals
+    "plan fit": {"budget": POSITIVE, "bootstrap": at_most(0, 100_000, "each round is a full refit of the law")},
 }
 
 

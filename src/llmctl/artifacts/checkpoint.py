@@ -27,6 +27,7 @@ turns a checkpoint into a model, reading each weight file once.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 import json
 import os
 import shutil
@@ -85,8 +86,10 @@ def save_checkpoint(
     dtype: torch.dtype | None = torch.float32,
     extra_json: dict[str, Any] | None = None,
     ema_state: dict[str, torch.Tensor] | None = None,
+    keep_steps: Iterable[int] = (),
 ) -> Path:
-    """Write `ckpt_root/step-NNNNNN/` atomically, point `latest` at it, prune to `keep_last`.
+    """Write `ckpt_root/step-NNNNNN/` atomically, point `latest` at it, prune to `keep_last`
+    (the checkpoints of `keep_steps` aside: a scaling ladder's decay branches start there).
     `tokenizer_file`'s sibling TOKENIZER_FILES are copied with it; `extra_json` {name: object}
     adds (or replaces) JSON files in the same atomic step; `ema_state` (the EMA weights, named as
     the model's) goes to ema.safetensors in fp32."""
@@ -110,7 +113,8 @@ def save_checkpoint(
             (tmp / name).write_text(json.dumps(obj, indent=2) + "\n")
     write_text(ckpt_root / LATEST, final.name + "\n")
     if keep_last > 0:
-        for old in list_checkpoints(ckpt_root)[:-keep_last]:
+        kept = {step_dir_name(s) for s in keep_steps}
+        for old in [c for c in list_checkpoints(ckpt_root) if c.name not in kept][:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
     return final
 

@@ -44,6 +44,7 @@ class TrainConfig:
     eval_every: int = 100  # steps between validation passes (0: only at the end)
     eval_windows: int = 64  # validation windows of seq_len per pass
     checkpoint_every: int = 500
+    branch_steps: list[int] | None = None  # checkpoints also at these steps, never pruned (plan ladder's decay branches)
     keep_checkpoints: int = 3
     max_bad_steps: int = 5  # non-finite steps in a row before the run aborts
     spike_window: int = 50  # loss spike: z-score against the last spike_window finite losses
@@ -76,8 +77,7 @@ class TrainConfig:
             raise UsageError(f"train: optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.optimizer == "muon":
             for on, what in ((self.fsdp, "--fsdp (a rank holds a shard of each matrix; Newton-Schulz needs it whole: use DDP)"),
-                             (self.lora is not None, "--lora-rank (the adapters are trained with AdamW)"),
-                             (self.init_optimizer, "--init-optimizer (the checkpoint's state is AdamW's)")):
+                             (self.lora is not None, "--lora-rank (the adapters are trained with AdamW)")):
                 if on:
                     raise UsageError(f"train: --optimizer muon does not go with {what}")
         if self.on_spike not in ON_SPIKE:

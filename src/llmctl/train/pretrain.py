@@ -262,6 +262,8 @@ class PretrainData:
         if self.init is not None:  # the second parent: the run (or import) the weights come from
             inputs.append(input_ref(owner_artifact(self.init)))
         counts = {f"val_{k}": v for k, v in (val or {}).items()}
+        if self.offset:  # the --init weights already trained on this data's first batches: a decay branch's D adds them
+            counts["init_tokens"] = self.offset * self.cfg.batch_tokens
         if self.unigram_bpb is not None:
             counts["val_unigram_bits_per_byte"] = round(self.unigram_bpb, 6)
         if self.mixture:

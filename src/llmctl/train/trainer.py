@@ -349,7 +349,8 @@ class Trainer:
                     self.on_step(StepStats(state["step"], self.total_steps, state["tokens"], ce, lr, tps, rec["mfu"], val, val_ema))
                     spikes.check(state["step"])
                     stopping = distributed.broadcast_flag(stop.signum is not None, d)
-                    if stopping or state["step"] == last_step or state["step"] % c.checkpoint_every == 0:
+                    if (stopping or state["step"] == last_step or state["step"] % c.checkpoint_every == 0
+                            or state["step"] in (c.branch_steps or ())):
                         self._checkpoint(model, opt, state, spikes.recent)
                     if stopping:
                         raise Interrupted(stop.signum or signal.SIGTERM,
@@ -433,7 +434,7 @@ class Trainer:
                          **({"ema_decay": c.ema_decay, "ema_updates": self.ema.updates} if self.ema is not None else {}),
                          **self.source.checkpoint_state()}
         self.run_dir.checkpoint(state["step"], self.model_cfg, model_state, trainer_state, optimizer_state=optim_state,
-                                tokenizer_file=self.source.tokenizer_file, keep_last=c.keep_checkpoints,
+                                tokenizer_file=self.source.tokenizer_file, keep_last=c.keep_checkpoints, keep_steps=c.branch_steps or (),
                                 ema_state=ema_state, extra_json={"lora.json": lora_json} if lora_json else None)
 
     def _manifest(self, state: dict, val: dict | None, val_ema: dict | None, wall: float) -> Manifest:
