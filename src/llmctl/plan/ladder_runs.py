@@ -244,6 +244,9 @@ def plot_ladder(points: list[RunPoint], constants, frontier: list[tuple[float, f
     if holdout is not None and holdout[1] > constants.E:
         ax.plot([holdout[0]], [holdout[1] - constants.E], "s", ms=6, label="held out")
     ax.set_xscale("log")
+    from matplotlib.ticker import NullFormatter
+
+    ax.xaxis.set_minor_formatter(NullFormatter())  # a decade or less of C: minor labels would run into each other
     return _save(fig, ax, path, f"L − Ê against compute (Ê = {constants.E:.4g})", "training FLOPs C", f"L − Ê ({ylabel})", plt,
                  log=True)
 
