@@ -58,7 +58,9 @@ N_CORPUS_DOCS, PER_DOC = 1000, 4  # the midtraining corpus: worksheets of worked
 NGRAM = 13  # llmctl decontam's default (GPT-3)
 POOL = 2000  # generated sentences that pass the held-out checks, the pool items and distractors come from
 MIN_CONTEXT = 4  # words left in a context
-FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl", "arithmetic-sft.jsonl", "arithmetic-corpus.jsonl")
+FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl", "arithmetic-sft.jsonl", "arithmetic-corpus.jsonl",
+         "arithmetic-pairs.jsonl")
+N_PAIRS = 64  # preference pairs: what the smoke run's dpo and train-rm read (examples/ci/smoke.sh)
 INVERSE = {"*": "/", "/": "*", "+": "-", "-": "+"}  # the check of a op b = c is c inv b = a
 EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
 ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
@@ -308,6 +310,16 @@ def sft_items(rng, train):
             for i, it in enumerate(train)]
 
 
+def pair_items(train, n=N_PAIRS):
+    """Preference pairs over the first n train problems: chosen, the gold solution; rejected, the
+    same steps ending in a wrong total (`#### n+1`), the one mistake the math verifier sees."""
+    out = []
+    for it in train[:n]:
+        steps, total = it["answer"].rsplit("#### ", 1)
+        out.append(dict(prompt=it["question"], chosen=it["answer"], rejected=f"{steps}#### {int(total) + 1}"))
+    return out
+
+
 def corpus_docs(rng, world, crawl, held_out):
     """The midtraining corpus: documents `{id, text}`, each a worksheet of PER_DOC worked problems
     ("Question: …\nAnswer: " and the solution's steps), drawn from the same generator under their
@@ -381,7 +393,7 @@ def write_jsonl(path, items):
 
 
 def generate(out_dir, crawl_dir=HERE / "crawl", seed=2025):
-    """Write the three task files into out_dir; return {file name: item count}."""
+    """Write the task files into out_dir; return {file name: item count}."""
     out_dir = Path(out_dir)
     crawl = Crawl(crawl_dir)
     if crawl.planted["seed"] in (seed, seed + 1, seed + 2):
@@ -392,9 +404,10 @@ def generate(out_dir, crawl_dir=HERE / "crawl", seed=2025):
     sft = sft_items(random.Random(seed + 2), train)
     corpus = corpus_docs(random.Random(seed + 3), world, crawl, [it["question"] for it in arith])
     verify(cloze, arith, train, sft, crawl, corpus)
+    pairs = pair_items(train)
     out_dir.mkdir(parents=True, exist_ok=True)
     counts = {}
-    for name, items in zip(FILES, (cloze, arith, train, sft, corpus)):
+    for name, items in zip(FILES, (cloze, arith, train, sft, corpus, pairs)):
         write_jsonl(out_dir / name, items)
         counts[name] = len(items)
     return counts

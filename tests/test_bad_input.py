@@ -187,6 +187,7 @@ def docs_stages(inputs, model, out):
     return {
         "cat": ["cat", "IN", "-o", out / "cat"],
         "head": ["head", "-n", "1000", "IN", "-o", out / "head"],
+        "sample": ["sample", "-n", "1000", "IN", "-o", out / "sample"],
         "inspect": ["inspect", "IN"],
         "filter": ["filter", "IN", "-o", out / "filter", "--config", inputs["filter.toml"], "--annotate-only", "--workers", "1"],
         "dedup": ["dedup", "IN", "-o", out / "dedup", "--exact", "--workers", "1"],
@@ -206,13 +207,13 @@ DOCS_CASES = {
     "corrupt_manifest": ("usage", "corrupt manifest"),
     "empty.jsonl": ("ok", 0, 0),
     "zero_rows.parquet": ("ok", 0, 0),
-    "null_texts.parquet": ("ok", 3, 0),  # cat, head and inspect copy the 2 text-less rows: 5
+    "null_texts.parquet": ("ok", 3, 0),  # cat, head, sample and inspect copy the 2 text-less rows: 5
     "bad_utf8.jsonl": ("ok", 47, 1),
     "broken_json.jsonl": ("ok", 47, 1),
     "three_bad.jsonl": ("ok", 47, 3),
     "mixed": ("ok", 10, 2),
 }
-COPIERS = ("cat", "head", "inspect")
+COPIERS = ("cat", "head", "sample", "inspect")
 
 
 def _rows(stage: str, summary: dict) -> int:
@@ -371,6 +372,7 @@ def test_bad_toml_and_set_values(inputs, model, tmp_path):
 COMMANDS = {
     ("cat",): ("CatConfig", ["IN", "-o", "OUT"]),
     ("head",): ("CatConfig", ["IN", "-o", "OUT"]),
+    ("sample",): ("SampleConfig", ["IN", "-o", "OUT"]),
     ("inspect",): ("inspect", ["IN"]),
     ("crawl-extract",): ("ExtractConfig", ["IN", "-o", "OUT"]),
     ("dedup",): ("DedupConfig", ["IN", "-o", "OUT", "--exact"]),

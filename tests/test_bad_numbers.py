@@ -102,6 +102,7 @@ def base_args(path: tuple[str, ...], t: dict, out) -> list:
         ("inspect",): [d / "annotated"],
         ("cat",): [docs, "-o", out],
         ("head",): [docs, "-o", out],
+        ("sample",): [docs, "-o", out],
         ("crawl-extract",): [d / "tiny.warc.gz", "-o", out, "--workers", "1"],
         ("dedup",): [docs, "-o", out, "--exact", "--workers", "1"],
         ("embed",): [docs, "-o", out, "--workers", "1"],

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "make_tasks.py"
 TASKS = ROOT / "examples" / "tasks"
 CRAWL = ROOT / "examples" / "crawl"
-FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl", "arithmetic-sft.jsonl", "arithmetic-corpus.jsonl")
+FILES = ("cloze.jsonl", "arithmetic.jsonl", "arithmetic-train.jsonl", "arithmetic-sft.jsonl", "arithmetic-corpus.jsonl",
+         "arithmetic-pairs.jsonl")
 
 
 def load_generator():
@@ -78,7 +79,7 @@ def norm_words(text):
 def test_regenerates_committed_files_byte_for_byte(regenerated):
     out, counts = regenerated
     assert counts == {"cloze.jsonl": 200, "arithmetic.jsonl": 300, "arithmetic-train.jsonl": 1200, "arithmetic-sft.jsonl": 1200,
-                      "arithmetic-corpus.jsonl": 1000}
+                      "arithmetic-corpus.jsonl": 1000, "arithmetic-pairs.jsonl": 64}
     for name in FILES:
         assert (TASKS / name).is_file(), f"examples/tasks/{name} is missing: run examples/make_tasks.py"
         assert (out / name).read_bytes() == (TASKS / name).read_bytes(), f"{name} differs: rerun examples/make_tasks.py and commit"
@@ -254,3 +255,13 @@ def test_midtraining_corpus_holds_no_eval_question_and_right_arithmetic(arith):
     for d in docs:
         for a, op, b, c in re.findall(r"(\d+) ([-+*/]) (\d+) = (\d+)", d["text"]):
             assert ARITH[op](int(a), int(b)) == int(c), d["id"]
+
+
+def test_pairs_prefer_the_gold_total_over_a_wrong_one():
+    pairs = [json.loads(line) for line in (TASKS / "arithmetic-pairs.jsonl").read_text().splitlines()]
+    train = [json.loads(line) for line in (TASKS / "arithmetic-train.jsonl").read_text().splitlines()][: len(pairs)]
+    assert len(pairs) == 64
+    for p, t in zip(pairs, train):
+        assert p["prompt"] == t["question"] and p["chosen"] == t["answer"]
+        steps, total = p["rejected"].rsplit("#### ", 1)
+        assert steps == t["answer"].rsplit("#### ", 1)[0] and int(total) == int(t["answer"].rsplit("#### ", 1)[1]) + 1

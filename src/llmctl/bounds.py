@@ -124,6 +124,8 @@ GPUS = at_most(1, 10**7, "more accelerators than any cluster holds")
 
 BOUNDS: dict[str, dict[str, Bound]] = {
     "CatConfig": {"limit": at_least(0, flag="-n"), "rows_per_part": COUNT},
+    "SampleConfig": {"n": at_least(1, flag="-n"), "seed": SEED},  # an empty sample is a typo: head -n 0 gives the schema
+    "WarcCutConfig": {"n": at_least(1, flag="-n")},  # sample --warc: response records
     "ExtractConfig": {"lang_threshold": SHARE, "max_bytes": COUNT, "timeout": TIMEOUT},  # timeout 0: no limit
     "DedupConfig": {"ngram": NGRAM, "bands": COUNT, "rows": COUNT, "seed": SEED, "max_line_count": COUNT, "partitions": PARTITIONS,
                     "min_len": COUNT, "n_sentences": COUNT, "min_doc_words": NONNEG, "clusters": NONNEG,  # clusters 0: one per 1,000 docs

@@ -1,4 +1,4 @@
-"""The docs commands: `cat`, `head`, `crawl-extract` and `dedup`. Each parses its flags, builds
+"""The docs commands: `cat`, `head`, `sample`, `crawl-extract` and `dedup`. Each parses its flags, builds
 its config (docs/design.md §3), calls one stage function and renders the summary."""
 
 from __future__ import annotations
@@ -56,6 +56,42 @@ def head(
     cfg = build_config(CatConfig, "head", None, {"limit": n, "overwrite": overwrite, "strict": strict})
     m = run_cat([input], output, cfg, ConsoleProgress(quiet))
     render.report(m, output, quiet, as_json)
+
+
+@app.command()
+def sample(
+    inputs: Annotated[list[str], typer.Argument(help="Docs inputs: artifacts, Parquet/JSONL files or dirs, globs, or '-'. With --warc: WARC files (.warc.gz, .warc), dirs, globs or @paths.txt.")],
+    n: Annotated[int, typer.Option("-n", help="Documents in the sample (with --warc: response records).")] = 10,
+    output: Annotated[str, typer.Option("--output", "-o", help="Output artifact directory, or '-' for the sample on stdout (an Arrow stream; with --warc, WARC bytes).")] = ...,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Which sample: the same seed and input give the same rows (default 0). Not with --warc.")] = None,
+    warc: Annotated[bool, typer.Option("--warc", help="Cut WARC files instead: the first N response records, each with the records before it and its own after it (request, metadata), copied byte for byte as the original gzip members; OUT holds part-*.warc.gz, a valid WARC that crawl-extract reads.")] = False,
+    overwrite: Overwrite = False,
+    strict: Strict = False,
+    quiet: Quiet = False,
+    json_: Json = False,
+) -> None:
+    """A seeded uniform sample of N documents (one pass, memory for N rows, rows in input order), or with --warc a WARC cut down to its first N responses: small inputs for CI runs.
+
+    The sample keeps the N rows whose hash of (seed, id) is smallest: the same rows whatever the batching, and a document in the sample of a corpus is in the sample of any part of it that holds it. Damaged input is skipped and counted (--warc: the cut of a file stops before its damage).
+
+    Run again into the same OUT, an interrupted sample starts over and a finished one does nothing (exit 0)."""
+    from llmctl.config import build_config
+    from llmctl.errors import UsageError
+
+    quiet, as_json = flags(quiet, json_)
+    if warc:
+        from llmctl.data.crawl.warccut import WarcCutConfig, run_warc_cut
+
+        if seed is not None:
+            raise UsageError("--seed has no meaning with --warc: the cut is the first N responses")
+        cfg = build_config(WarcCutConfig, "sample", None, {"n": n, "overwrite": overwrite, "strict": strict})
+        m = run_warc_cut(inputs, output, cfg, ConsoleProgress(quiet))
+    else:
+        from llmctl.data.sample import SampleConfig, run_sample
+
+        cfg = build_config(SampleConfig, "sample", None, {"n": n, "seed": seed, "overwrite": overwrite, "strict": strict})
+        m = run_sample(inputs, output, cfg, ConsoleProgress(quiet))
+    render.report(m, output, quiet, as_json, **({"rate_key": "responses", "stream": "WARC"} if warc else {}))
 
 
 @app.command("crawl-extract")

@@ -54,9 +54,10 @@ def fields(parts: list[str], width: int, indent: str = "  ") -> str:
     return "\n".join(lines)
 
 
-def report(manifest, out: str, quiet: bool, as_json: bool, hide: tuple[str, ...] = (), rate_key: str = "out") -> None:
+def report(manifest, out: str, quiet: bool, as_json: bool, hide: tuple[str, ...] = (), rate_key: str = "out",
+           stream: str = "Arrow stream") -> None:
     """The end-of-command summary: a table for people (stderr) or JSON for programs.
-    `hide` drops count keys another table shows (the filter's funnel)."""
+    `hide` drops count keys another table shows (the filter's funnel); `stream`: what `-o -` wrote."""
     summary = {
         "stage": manifest.stage,
         "output": out,
@@ -75,7 +76,7 @@ def report(manifest, out: str, quiet: bool, as_json: bool, hide: tuple[str, ...]
         unit = "docs" if rate_key in ("in", "out", "docs") else rate_key  # train's rate is tokens/s, rl's steps/s
         rows.append((f"{unit}/s", f"{manifest.counts[rate_key] / manifest.wall_seconds:,.1f}"))
     rows.append(("wall seconds", manifest.wall_seconds))
-    rows.append(("output", out if out != "-" else "stdout (Arrow stream)"))
+    rows.append(("output", out if out != "-" else f"stdout ({stream})"))
     err.print(table(f"llmctl {manifest.stage}", rows))
 
 
