@@ -8,6 +8,8 @@ import io
 import json
 import math
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -258,3 +260,25 @@ def test_cli_too_few_runs_is_one_line_exit_2(tiny_runs, tmp_path):
         assert p.returncode == 2, (args, err)
         assert len(err.strip().splitlines()) == 1 and err.startswith("llmctl: error: ") and "Traceback" not in err, err
     assert "a fit needs at least 3" in llmctl("plan", "fit", runs[0], runs[1]).stderr.decode()
+
+
+def test_a_fit_is_an_artifact_the_report_shows(tmp_path):
+    """plan fit -o writes a manifest (kind fit) whose inputs are the runs, so `llmctl report` of the
+    fit walks back through them and shows the law, the held-out check and the two plots."""
+    from llmctl.artifacts.manifest import read_manifest
+    from llmctl.plan.ladder_runs import fit_runs
+
+    runs = fake_ladder(tmp_path / "ladder")
+    fit_runs([str(p) for p in runs[1:]], holdout=str(runs[0]), rounds=5, out=tmp_path / "fit")
+    m = read_manifest(tmp_path / "fit")
+    assert m.kind == "fit" and [i["role"] for i in m.inputs].count("fitted") == 8 and m.inputs[-1]["role"] == "holdout"
+    assert {o["file"] for o in m.outputs} == {"fit.json", "isoflop.png", "ladder.png"}
+    p = subprocess.run([sys.executable, "-m", "llmctl", "report", str(tmp_path / "fit"), "-o", str(tmp_path / "rep")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads((tmp_path / "rep" / "report.json").read_text())
+    s = next(x for x in rep["sections"] if x["key"] == "scaling")
+    assert s["facts"]["runs fitted"] == 8 and s["facts"]["their parameters agree"] is True
+    law = {row[0]: row[1] for row in s["tables"][0]["rows"]}
+    assert abs(law["alpha"] - CHINCHILLA["besiroglu"].alpha) < 1e-3  # noise-free losses: the law itself
+    assert s["tables"][1]["rows"][0][0] == str(runs[0]) and len(s["figures"]) == 2

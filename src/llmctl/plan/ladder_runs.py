@@ -206,7 +206,27 @@ def _write(out: Path, result: dict, points: list[RunPoint], law, iso, c: list[fl
                          (held.flops, held.target) if held is not None else None)]
     result["files"] = [str(f) for f in [*files, out / "fit.json"]]
     write_json(out / "fit.json", result)
+    _manifest(out, result, points, held)
     return result["files"]
+
+
+def _manifest(out: Path, result: dict, points: list[RunPoint], held: RunPoint | None) -> None:
+    """OUT's manifest (kind "fit"), written last: its inputs are the runs fitted (and the held-out
+    one, role "holdout"), so `llmctl lineage` and `llmctl report OUT` follow them back to the data."""
+    from llmctl.artifacts.manifest import Manifest, input_ref, output_entry, write_manifest
+
+    p = result["parametric"]
+    inputs = [{**input_ref(pt.path), "role": "fitted"} for pt in points]
+    inputs += [{**input_ref(held.path), "role": "holdout"}] if held is not None else []
+    counts = {"runs": len(points), "excluded": len(result["excluded"]), **{k: p[k] for k in ("E", "A", "B", "alpha", "beta")},
+              "starts_at_best": p["at_best"], "starts": p["starts"]}
+    if result["holdout"] is not None:
+        counts.update({k: result["holdout"][k] for k in ("predicted", "measured", "relative_error")})
+    write_manifest(out, Manifest(kind="fit", stage="plan fit",
+                                 config={"target": result["target"], "budget": result["budget"]["flops"],
+                                         "bootstrap": result["bootstrap"]["rounds"]},
+                                 inputs=inputs, outputs=[output_entry(out / n, None, out) for n in ("fit.json", "isoflop.png", "ladder.png")],
+                                 counts=counts))
 
 
 # -- plots (matplotlib, Agg; the style of train/plots.py) ------------------------------------

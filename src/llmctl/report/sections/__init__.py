@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from llmctl.report.collect import Lineage
 from llmctl.report.page import Section
-from llmctl.report.sections import crawl, dedup, eval, filter, rl, tokenize, totals, train
+from llmctl.report.sections import crawl, dedup, eval, filter, rl, scaling, tokenize, totals, train
 from llmctl.report.sections.common import Images
 
-ORDER = (crawl, filter, dedup, tokenize, train, eval, rl, totals)
+ORDER = (crawl, filter, dedup, tokenize, train, eval, rl, scaling, totals)
 
 
 def build_sections(lineage: Lineage, images: Images) -> list[Section]:
