@@ -202,7 +202,7 @@ def main() -> None:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    write_results("classifier edu", text)
+    write_results("classifier edu", f"## classifier edu\n\n{text}")
 
 
 if __name__ == "__main__":

@@ -131,7 +131,7 @@ def main() -> None:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    write_results("muon", text)
+    write_results("muon", f"## muon\n\n{text}")
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ def main() -> None:
         lines += ["", "Warnings of the fit: " + "; ".join(fit["warnings"]) + "."]
     text = "\n".join(lines) + "\n"
     print(text)
-    write_results("plan ladder", text)
+    write_results("plan ladder", f"## plan ladder\n\n{text}")
 
 
 if __name__ == "__main__":
