@@ -16,18 +16,17 @@ The table goes to stdout and into benchmarks/RESULTS.md (## plan fit).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import cpu_name, write_results  # benchmarks/common.py
 
 from llmctl.plan import fit
 from llmctl.plan.arithmetic import CHINCHILLA, compute_optimal
+from llmctl.plan.fit import synthetic_ladder
 
 BUDGETS = (1e18, 1e19, 1e20, 1e21)
 SIZES = 7
@@ -35,15 +34,7 @@ SEEDS = (0, 1, 2)
 
 
 def ladder(c, noise: float, seed: int):
-    rng = np.random.default_rng(seed)
-    rows = []
-    for flops in BUDGETS:
-        n_opt, _ = compute_optimal(flops, c)
-        for rho in np.logspace(-1, 1, SIZES):
-            n = n_opt * rho
-            d = flops / (6 * n)
-            rows.append((n, d, c.loss(n, d) * math.exp(noise * rng.standard_normal()), flops))
-    return tuple(np.array(x) for x in zip(*rows))
+    return synthetic_ladder(c, noise, seed, BUDGETS, SIZES)
 
 
 def cell(v: float, ci: dict | None, truth: float) -> str:

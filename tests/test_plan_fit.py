@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import random
 import subprocess
 import sys
@@ -24,19 +23,7 @@ from llmctl.plan.arithmetic import CHINCHILLA, compute_optimal, twenty_tokens_ru
 from llmctl.plan.ladder_runs import read_runs
 
 
-def ladder(c, noise: float = 0.0, seed: int = 0, budgets=(1e18, 1e19, 1e20, 1e21), sizes: int = 7):
-    """Losses made by the law `c` on an IsoFLOP ladder: per budget, sizes from N_opt/10 to 10·N_opt
-    (both sides of each minimum, several D/N per budget: the guide's design), C = 6ND, times
-    exp(noise·z) (multiplicative noise)."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for flops in budgets:
-        n_opt, _ = compute_optimal(flops, c)
-        for rho in np.logspace(-1, 1, sizes):
-            n = n_opt * rho
-            d = flops / (6 * n)
-            rows.append((n, d, c.loss(n, d) * math.exp(noise * rng.standard_normal()), flops))
-    return tuple(np.array(x) for x in zip(*rows))
+ladder = fit.synthetic_ladder  # losses made by a known law
 
 
 # -- the math ---------------------------------------------------------------------------------

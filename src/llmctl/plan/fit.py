@@ -309,3 +309,20 @@ def frontier_loss(c: ChinchillaConstants, flops: float) -> float:
     """The loss at the compute-optimal (N_opt, D_opt) of `flops` (C = 6ND); nan without a frontier."""
     n, d = optimal(flops, c)
     return c.loss(n, d) if math.isfinite(n) else math.nan
+
+
+def synthetic_ladder(c: ChinchillaConstants, noise: float = 0.0, seed: int = 0, budgets=(1e18, 1e19, 1e20, 1e21),
+                     sizes: int = 7) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(N, D, L, C) of a ladder whose losses are the law `c`'s: per budget, sizes from N_opt/10 to
+    10·N_opt (both sides of each minimum, several D/N per budget: the guide's design), C = 6ND, each
+    loss times exp(noise·z). The known truth the fitter is checked against (tests, benchmarks)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for flops in budgets:
+        n_opt, _ = compute_optimal(flops, c)
+        for rho in np.logspace(-1, 1, sizes):
+            n = n_opt * rho
+            d = flops / (6 * n)
+            rows.append((n, d, c.loss(n, d) * math.exp(noise * rng.standard_normal()), flops))
+    return tuple(np.array(x) for x in zip(*rows))
+
