@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import io
 import json
-import random
 import subprocess
 import sys
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from rich.cells import cell_len
 from rich.console import Console
@@ -21,6 +18,7 @@ from conftest import llmctl
 from llmctl.plan import fit
 from llmctl.plan.arithmetic import CHINCHILLA, compute_optimal, twenty_tokens_rule
 from llmctl.plan.ladder_runs import read_runs
+from test_train import tokens  # noqa: F401  (the module's token artifacts)
 
 
 ladder = fit.synthetic_ladder  # losses made by a known law
@@ -190,30 +188,18 @@ def test_the_tables_fit_80_columns(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny_runs(tmp_path_factory):
+def tiny_runs(tokens, tmp_path_factory):  # noqa: F811  (test_train's token artifacts)
     """Four tiny runs (2 widths x 2 token budgets) trained with --val, a run without --val."""
-    from test_train import sentences
-
-    from llmctl.data.tokenize import TokenizeConfig, run_tokenize, train_tokenizer
-    from llmctl.runtime.options import RunOptions
-    from llmctl.tokenizer import bpe
-
     d = tmp_path_factory.mktemp("fit")
-    rng = random.Random(0)
-    pq.write_table(pa.table({"text": [sentences(rng, 12) for _ in range(200)]}), d / "docs.parquet")
-    train_tokenizer([str(d / "docs.parquet")], str(d / "tok"), bpe.TrainTokenizerConfig(vocab_size=300))
-    for split in ("train", "val"):
-        cfg = TokenizeConfig(tokenizer=str(d / "tok" / "tokenizer.json"), split=split, val_fraction=0.1)
-        run_tokenize([str(d / "docs.parquet")], str(d / split), cfg, RunOptions(workers=1))
     small = ["--set", "model.n_layers=1", "--set", "model.n_heads=2", "--set", "model.d_ff=64", "--set", "model.max_seq_len=32",
              "--seq-len", "32", "--batch-tokens", "128", "--micro-batch", "4", "--threads", "1", "--set", "train.eval_windows=8", "-q"]
     runs = []
-    for width, tokens in ((32, 512), (32, 1024), (64, 512), (64, 1024)):
-        out = d / f"run-{width}-{tokens}"
-        llmctl("train", d / "train", "-o", out, "--val", d / "val", "--set", f"model.d_model={width}", "--max-tokens", str(tokens),
+    for width, budget in ((32, 512), (32, 1024), (64, 512), (64, 1024)):
+        out = d / f"run-{width}-{budget}"
+        llmctl("train", tokens / "train", "-o", out, "--val", tokens / "val", "--set", f"model.d_model={width}", "--max-tokens", str(budget),
                *small, check=True)
         runs.append(out)
-    llmctl("train", d / "train", "-o", d / "no-val", "--set", "model.d_model=32", "--max-tokens", "256", *small, check=True)
+    llmctl("train", tokens / "train", "-o", d / "no-val", "--set", "model.d_model=32", "--max-tokens", "256", *small, check=True)
     return {"dir": d, "runs": runs, "no_val": d / "no-val"}
 
 
