@@ -1,10 +1,11 @@
 """AdamW against Muon (`llmctl train --optimizer muon`) on real text: the same model, tokens and
 schedule, each at its own best learning rate from a small sweep, over seeds.
 
-    .venv/bin/python benchmarks/muon.py [--seeds 0 1 2] [--lrs 1e-3 3e-3 1e-2] [--max-tokens 327680]
+    .venv/bin/python benchmarks/muon.py [--data pages-a|demo] [--seeds 0 1 2] [--lrs 1e-3 3e-3 1e-2 3e-2] [--max-tokens 327680]
 
-Tokens: pages-a's extracted documents (`llmctl crawl-extract`), a BPE of 4,096 ids trained on
-them, 90/10 train/validation split (`llmctl tokenize`). Model: the `tiny` preset (4 layers of
+Tokens: `--data pages-a` (real web text): pages-a's extracted documents (`llmctl crawl-extract`);
+`--data demo`: the demo's example crawl (examples/crawl/, generated text); a BPE of 4,096 ids
+trained on them, 90/10 train/validation split (`llmctl tokenize`). Model: the `tiny` preset (4 layers of
 width 192, about 2.2M parameters: stages/train/tiny.toml) at --batch-tokens 4096, the WSD schedule over --max-tokens, validation
 every 10 steps on the held-out split. Sweep: every --lrs value for both optimizers at the first
 seed; then each optimizer's best rate (lowest final validation bits per byte) at the other seeds.
@@ -18,7 +19,7 @@ optimizer chapter: compare only after a full decay, each at its own tuned rate; 
 1.35x at NanoGPT scale, falling to about 1.1x near 1B. This is a 2.2M-parameter model on 2 CPU cores, far
 below either; the `small` preset is not run here (about an hour a run on this machine).
 
-The table goes to stdout and into benchmarks/RESULTS.md (## muon).
+The table goes to stdout and into benchmarks/RESULTS.md (## muon, or ## muon: demo).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 from statistics import mean, pstdev
 
-from common import DEFAULT_WARC, LLMCTL, cpu_name, make_docs, write_results  # benchmarks/common.py
+from common import DEFAULT_WARC, LLMCTL, REPO, cpu_name, write_results  # benchmarks/common.py
 
 
 def run(*args) -> None:
@@ -69,15 +70,18 @@ def spread(v: list[float], fmt: str = "{:.4f}") -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2])
+    ap.add_argument("--data", choices=("pages-a", "demo"), default="pages-a")
+    ap.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2])
     ap.add_argument("--max-tokens", type=int, default=327_680)  # 80 steps of 4,096 tokens
     args = ap.parse_args()
-    if not DEFAULT_WARC.is_file():
-        raise SystemExit(f"no WARC at {DEFAULT_WARC}")
+    warcs = [DEFAULT_WARC] if args.data == "pages-a" else sorted((REPO / "examples" / "crawl").glob("*.warc.gz"))
+    if not all(w.is_file() for w in warcs) or not warcs:
+        raise SystemExit(f"missing input WARC(s): {', '.join(map(str, warcs)) or 'examples/crawl/*.warc.gz'}")
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench-muon-") as tmp:
         work = Path(tmp)
-        docs = make_docs(tmp)
+        docs = str(work / "docs")
+        run("crawl-extract", *warcs, "-o", docs, "-q")
         run("tokenize", "train", docs, "-o", work / "tok", "--vocab-size", 4096, "-q")
         for split in ("train", "val"):
             run("tokenize", docs, "-o", work / "tokens" / split, "--tokenizer", work / "tok", "--split", split, "--val-fraction", 0.1, "-q")
@@ -101,10 +105,10 @@ def main() -> None:
     reached = [r for r in ratios if r is not None]
     lines = [
         f"`.venv/bin/python benchmarks/muon.py --seeds {' '.join(map(str, args.seeds))} --lrs {' '.join(f'{x:g}' for x in args.lrs)} "
-        f"--max-tokens {args.max_tokens}` — {time.strftime('%Y-%m-%d')}, {cpu_name()}; {time.perf_counter() - t0:.0f} s in all; "
+        f"--max-tokens {args.max_tokens} --data {args.data}` — {time.strftime('%Y-%m-%d')}, {cpu_name()}; {time.perf_counter() - t0:.0f} s in all; "
         f"1-min load average {load0:.2f} before / {os.getloadavg()[0]:.2f} after.",
         "",
-        f"The `tiny` preset on pages-a's text (BPE 4,096, 90/10 split), {args.max_tokens:,} tokens at 4,096 a step, WSD; "
+        f"The `tiny` preset on {'pages-a' if args.data == 'pages-a' else 'the example crawl'}'s text (BPE 4,096, 90/10 split), {args.max_tokens:,} tokens at 4,096 a step, WSD; "
         "validation bits per byte on the held-out split. Sweep at the first seed (final val bits/byte):",
         "",
         "| lr | " + " | ".join(f"{lr:g}" for lr in args.lrs) + " |",
@@ -131,7 +135,8 @@ def main() -> None:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    write_results("muon", f"## muon\n\n{text}")
+    name = "muon" if args.data == "pages-a" else "muon: demo"
+    write_results(name, f"## {name}\n\n{text}")
 
 
 if __name__ == "__main__":
