@@ -43,8 +43,8 @@ def run(*args) -> None:
         raise SystemExit(f"failed: llmctl {' '.join(map(str, args))}\n{p.stderr[-2000:]}")
 
 
-def train(tokens: Path, out: Path, optimizer: str, lr: float, seed: int, max_tokens: int) -> dict:
-    run("train", tokens / "train", "--val", tokens / "val", "-o", out, "--config", "tiny", "--optimizer", optimizer,
+def train(tokens: Path, out: Path, optimizer: str, lr: float, seed: int, max_tokens: int, preset: str = "tiny") -> dict:
+    run("train", tokens / "train", "--val", tokens / "val", "-o", out, "--config", preset, "--optimizer", optimizer,
         "--lr", lr, "--seed", seed, "--max-tokens", max_tokens, "--batch-tokens", 4096, "--eval-every", 10, "--overwrite", "-q")
     m = json.loads((out / "manifest.json").read_text())
     curve = []
@@ -71,6 +71,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--data", choices=("pages-a", "demo"), default="pages-a")
+    ap.add_argument("--preset", choices=("tiny", "small"), default="tiny", help="the train preset (small: ~21M parameters, minutes a run)")
     ap.add_argument("--lrs", type=float, nargs="+", default=[1e-3, 3e-3, 1e-2, 3e-2])
     ap.add_argument("--max-tokens", type=int, default=327_680)  # 80 steps of 4,096 tokens
     args = ap.parse_args()
@@ -90,12 +91,13 @@ def main() -> None:
         for opt in ("adamw", "muon"):
             for lr in args.lrs:
                 print(f"{opt} lr {lr:g} seed {first} ...", file=sys.stderr)
-                results[opt, lr, first] = train(work / "tokens", work / f"{opt}-{lr:g}-{first}", opt, lr, first, args.max_tokens)
+                results[opt, lr, first] = train(work / "tokens", work / f"{opt}-{lr:g}-{first}", opt, lr, first, args.max_tokens, args.preset)
         best = {opt: min(args.lrs, key=lambda lr: results[opt, lr, first]["bpb"]) for opt in ("adamw", "muon")}
         for opt in ("adamw", "muon"):
             for seed in args.seeds[1:]:
                 print(f"{opt} lr {best[opt]:g} seed {seed} ...", file=sys.stderr)
-                results[opt, best[opt], seed] = train(work / "tokens", work / f"{opt}-{best[opt]:g}-{seed}", opt, best[opt], seed, args.max_tokens)
+                results[opt, best[opt], seed] = train(work / "tokens", work / f"{opt}-{best[opt]:g}-{seed}", opt, best[opt], seed,
+                                                       args.max_tokens, args.preset)
 
     final = {opt: [results[opt, best[opt], s] for s in args.seeds] for opt in ("adamw", "muon")}
     ratios = []
@@ -105,10 +107,10 @@ def main() -> None:
     reached = [r for r in ratios if r is not None]
     lines = [
         f"`.venv/bin/python benchmarks/muon.py --seeds {' '.join(map(str, args.seeds))} --lrs {' '.join(f'{x:g}' for x in args.lrs)} "
-        f"--max-tokens {args.max_tokens} --data {args.data}` — {time.strftime('%Y-%m-%d')}, {cpu_name()}; {time.perf_counter() - t0:.0f} s in all; "
+        f"--max-tokens {args.max_tokens} --data {args.data} --preset {args.preset}` — {time.strftime('%Y-%m-%d')}, {cpu_name()}; {time.perf_counter() - t0:.0f} s in all; "
         f"1-min load average {load0:.2f} before / {os.getloadavg()[0]:.2f} after.",
         "",
-        f"The `tiny` preset on {'pages-a' if args.data == 'pages-a' else 'the example crawl'}'s text (BPE 4,096, 90/10 split), {args.max_tokens:,} tokens at 4,096 a step, WSD; "
+        f"The `{args.preset}` preset on {'pages-a' if args.data == 'pages-a' else 'the example crawl'}'s text (BPE 4,096, 90/10 split), {args.max_tokens:,} tokens at 4,096 a step, WSD; "
         "validation bits per byte on the held-out split. Sweep at the first seed (final val bits/byte):",
         "",
         "| lr | " + " | ".join(f"{lr:g}" for lr in args.lrs) + " |",
@@ -135,7 +137,7 @@ def main() -> None:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    name = "muon" if args.data == "pages-a" else "muon: demo"
+    name = "muon" + (": demo" if args.data == "demo" else "") + (f": {args.preset}" if args.preset != "tiny" else "")
     write_results(name, f"## {name}\n\n{text}")
 
 
