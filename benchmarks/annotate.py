@@ -30,17 +30,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import random
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from common import DEFAULT_WARC, REPO, cpu_name, make_docs, read_parts, write_results  # benchmarks/common.py
+from common import DEFAULT_WARC, REPO, Server, child_env, cpu_name, make_docs, read_parts, write_results  # benchmarks/common.py
 
 WORDS = ("the river mill grain town baskets bridge market morning bread stone wall lantern teapot kettle map ink school "
          "lesson teacher pupils fraction number water cycle plant leaf light energy history king city trade").split()
@@ -49,10 +46,6 @@ CLI = ("import sys\nfrom llmctl import cli\nfrom llmctl.cli import annotate\n"
        "if not any(g.typer_instance is annotate.app for g in cli.app.registered_groups):\n"
        "    cli.app.add_typer(annotate.app)\n"
        "cli.main(sys.argv[1:])\n")
-
-
-def env(threads: int) -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO / "src"), "TOKENIZERS_PARALLELISM": "false"}
 
 
 def annotate_cmd(*args) -> list[str]:
@@ -96,31 +89,10 @@ def tiny_model(tmp: Path, docs: Path) -> Path:
     return tmp / "model"
 
 
-class Server:
-    def __init__(self, ckpt: Path, threads: int):
-        self.proc = subprocess.Popen([sys.executable, "-m", "llmctl", "serve", str(ckpt), "--port", "0", "--served-model-name", "m"],
-                                     env=env(threads), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stderr], daemon=True).start()
-        try:
-            line = lines.get(timeout=300)
-        except queue.Empty:
-            line = ""
-        if not line.startswith("serving "):
-            self.kill()
-            raise SystemExit(f"the server did not start: {line!r}")
-        self.url = line.split()[-1] + "/v1"
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=60)
-
-
 def run(args: list, log: Path) -> tuple[int, float]:
     with open(log, "w") as f:
         t0 = time.perf_counter()
-        rc = subprocess.run(annotate_cmd(*args), env=env(1), stdout=f, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(annotate_cmd(*args), env=child_env(1), stdout=f, stderr=subprocess.STDOUT).returncode
         return rc, time.perf_counter() - t0
 
 
@@ -135,10 +107,10 @@ def manifest(out: Path) -> dict:
 def throughput(a, ckpt: Path, docs: Path, tmp: Path, common: list) -> tuple[list[dict], dict]:
     rows, first = [], None
     for c in a.concurrency:
-        server = Server(ckpt, a.threads)
+        server = Server(ckpt, a.threads, "--served-model-name", "m")
         try:
             out = tmp / f"c{c}"
-            rc, wall = run([docs, "-o", out, "--endpoint", server.url, "--concurrency", c, *common], tmp / f"c{c}.log")
+            rc, wall = run([docs, "-o", out, "--endpoint", server.url + "/v1", "--concurrency", c, *common], tmp / f"c{c}.log")
         finally:
             server.kill()
         if rc:
@@ -158,9 +130,9 @@ def throughput(a, ckpt: Path, docs: Path, tmp: Path, common: list) -> tuple[list
 def resume(a, ckpt: Path, docs: Path, tmp: Path, common: list, want: dict, n: int) -> dict:
     out = tmp / "resume"
     cache = out / ".shards" / "part-00000.answers.jsonl"
-    server = Server(ckpt, a.threads)
+    server = Server(ckpt, a.threads, "--served-model-name", "m")
     cmd = [docs, "-o", out, "--concurrency", 8, "--retries", 2, "--backoff", 0.2, *common]
-    p = subprocess.Popen(annotate_cmd(*cmd[:3], "--endpoint", server.url, *cmd[3:]), env=env(1),
+    p = subprocess.Popen(annotate_cmd(*cmd[:3], "--endpoint", server.url + "/v1", *cmd[3:]), env=child_env(1),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
     answered = 0
@@ -174,9 +146,9 @@ def resume(a, ckpt: Path, docs: Path, tmp: Path, common: list, want: dict, n: in
     killed_at = max(0, len(cache.read_bytes().splitlines()) - 1) if cache.exists() else 0
     first = {"exit": p.returncode, "error": (err.strip().splitlines() or [""])[-1], "manifest": (out / "manifest.json").exists(),
              "answered_at_kill": answered, "kept": killed_at}
-    server = Server(ckpt, a.threads)
+    server = Server(ckpt, a.threads, "--served-model-name", "m")
     try:
-        rc, wall = run([*cmd[:3], "--endpoint", server.url, *cmd[3:], "--json"], tmp / "resume.log")
+        rc, wall = run([*cmd[:3], "--endpoint", server.url + "/v1", *cmd[3:], "--json"], tmp / "resume.log")
     finally:
         server.kill()
     if rc:

@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -173,3 +174,40 @@ def trl_args(out: Path, steps: int, batch: int, lr: float, seed: int, pad_token)
                 adam_beta1=0.9, adam_beta2=0.95, adam_epsilon=1e-8, max_grad_norm=1.0, max_steps=steps,
                 logging_steps=1, save_strategy="no", report_to=[], seed=seed, use_cpu=True, bf16=False,
                 max_length=None, dataloader_num_workers=0, optim="adamw_torch", pad_token=pad_token, disable_tqdm=True)
+
+
+def child_env(threads: int) -> dict:
+    """The environment of an llmctl child of a benchmark: this checkout's source, `threads` OpenMP threads."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO / "src"), "TOKENIZERS_PARALLELISM": "false"}
+
+
+class Server:
+    """`llmctl serve CKPT --port 0` as a child process: the model name and URL from the line it prints."""
+
+    def __init__(self, ckpt, threads: int, *args: str):
+        import queue
+        import threading
+
+        self.proc = subprocess.Popen([sys.executable, "-m", "llmctl", "serve", str(ckpt), "--port", "0", *args], env=child_env(threads),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stderr], daemon=True).start()
+        try:
+            line = lines.get(timeout=300)
+        except queue.Empty:
+            line = ""
+        if not line.startswith("serving "):
+            self.kill()
+            raise SystemExit(f"the server did not start: {line!r}")
+        self.name, self.url = line.split()[1], line.split()[-1]
+
+    def stop(self) -> int:
+        """SIGTERM, as a user stops a server; its exit code."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=60)
+
+    def kill(self) -> None:
+        """SIGKILL: a server that dies mid-run."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=60)

@@ -22,24 +22,16 @@ import argparse
 import asyncio
 import json
 import os
-import queue
-import signal
-import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-from common import REPO, cpu_name, write_results  # benchmarks/common.py
+from common import REPO, Server, child_env, cpu_name, write_results  # benchmarks/common.py
 
 DEMO_SFT = REPO / "out" / "demo" / "sft"
 QUESTIONS = REPO / "examples" / "tasks" / "arithmetic.jsonl"
 MAX_TOKENS = (16, 32, 64, 96)  # the longest prompt (3 questions, ~150 tokens) plus 96 fits the demo's context of 256
-
-
-def env(threads: int) -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO / "src"), "TOKENIZERS_PARALLELISM": "false"}
 
 
 def requests(n: int) -> list[dict]:
@@ -50,23 +42,6 @@ def requests(n: int) -> list[dict]:
         content = " ".join(qs[(i * 3 + j) % len(qs)] for j in range(k))
         out.append({"content": content, "max_tokens": MAX_TOKENS[i % len(MAX_TOKENS)], "stream": i % 2 == 1})
     return out
-
-
-class Server:
-    def __init__(self, ckpt: str, threads: int):
-        self.proc = subprocess.Popen([sys.executable, "-m", "llmctl", "serve", ckpt, "--port", "0"], env=env(threads),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stderr], daemon=True).start()
-        line = lines.get(timeout=300)
-        if not line.startswith("serving "):
-            self.proc.kill()
-            raise SystemExit(f"the server did not start: {line}")
-        self.name, self.url = line.split()[1], line.split()[-1]
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=60)
 
 
 async def one(client, name: str, r: dict) -> dict:
@@ -115,7 +90,7 @@ def generate(ckpt: str, reqs: list[dict]) -> list[str]:
         idx = [i for i, r in enumerate(reqs) if r["max_tokens"] == m]
         args = [x for i in idx for x in ("-p", reqs[i]["content"])]
         p = subprocess.run([sys.executable, "-m", "llmctl", "generate", ckpt, *args, "--max-new-tokens", str(m), "--json"],
-                           env=env(2), capture_output=True, text=True, check=True)
+                           env=child_env(2), capture_output=True, text=True, check=True)
         for i, g in zip(idx, json.loads(p.stdout)):
             want[i] = g["completion"]
     return want

@@ -26,6 +26,7 @@ from conftest import RecordingProgress
 from llmctl.errors import StageFailed, UsageError
 from llmctl.eval.annotate import EDU_PROMPT, AnnotateConfig, build_prompt, load_prompt, parse_score, run_annotate
 from llmctl.runtime.options import RunOptions
+from servelib import Server
 
 WORDS = "river mill grain town baskets bridge market morning bread stone wall lantern teapot kettle map ink".split()
 
@@ -445,41 +446,14 @@ def tiny_chat(tmp_path_factory):
     return d / "chat"
 
 
-class Serve:
-    """`llmctl serve CKPT --port 0` as a process; its URL from the line it prints."""
-
-    def __init__(self, ckpt: Path):
-        import queue
-        import threading
-
-        self.proc = subprocess.Popen([sys.executable, "-m", "llmctl", "serve", str(ckpt), "--port", "0", "--served-model-name", "tiny"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, "OMP_NUM_THREADS": "1"})
-        lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in self.proc.stderr], daemon=True).start()
-        try:
-            line = lines.get(timeout=120)
-        except queue.Empty:
-            line = ""
-        if not line.startswith("serving "):
-            self.stop()
-            raise AssertionError(f"llmctl serve did not start: {line!r}")
-        self.url = line.split()[-1] + "/v1"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=60)
-
-
 def test_a_real_llmctl_serve_of_a_tiny_model_and_the_same_checkpoint_here(tiny_chat, tmp_path):
     n = 12
     inputs = [str(p) for p in docs(tmp_path / "in", n, files=2)]
-    srv = Serve(tiny_chat)
+    srv = Server(tiny_chat, "--served-model-name", "tiny")  # tests/test_serve.py's
     try:
-        m = run_annotate(inputs, str(tmp_path / "served"), endpoint_cfg(srv.url, max_chars=200, max_tokens=12), ONE)
+        m = run_annotate(inputs, str(tmp_path / "served"), endpoint_cfg(srv.url + "/v1", max_chars=200, max_tokens=12), ONE)
     finally:
-        srv.stop()
+        srv.kill()
     served = rows(tmp_path / "served")
     assert [r["id"] for r in served] == [f"d{i}" for i in range(n)]  # no row lost
     c = m.counts

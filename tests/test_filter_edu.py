@@ -18,7 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import llmctl
-from llmctl.artifacts.manifest import read_manifest
 from llmctl.data.filter import FilterConfig, run_filter
 from llmctl.data.filters.base import build_step
 from llmctl.data.filters.edu import HEAD_FILE, RegressionHead
@@ -143,7 +142,7 @@ def test_top_fraction_keeps_the_best_scores(trained, tmp_path):
 def test_two_workers_write_what_one_does(trained, tmp_path):
     d = trained["dir"]
     for i in range(3):  # three files, so two workers share them
-        pq.write_table(pa.Table.from_pylist(trained["fresh"][20 * i: 20 * (i + 1)]), d / f"part{i}.parquet") if not (d / f"part{i}.parquet").exists() else None
+        pq.write_table(pa.Table.from_pylist(trained["fresh"][20 * i: 20 * (i + 1)]), d / f"part{i}.parquet")
     cfg = tmp_path / "edu.toml"
     cfg.write_text(f'[[steps]]\nname = "classifier"\nmodel = "{trained["head"]}"\n')
     outs = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 from typing import Annotated, Optional
@@ -32,8 +33,7 @@ def ladder(
 
     Sizes on both sides of each budget's Chinchilla optimum and several tokens-per-parameter per budget, as the field guide's scaling chapter asks; the Makefile runs locally, and each line is a plain `llmctl train` for Slurm or torchrun."""
     from llmctl.artifacts.tokens import TokenDataset
-    from llmctl.config import find_config, read_toml
-    from llmctl.model.config import ModelConfig
+    from llmctl.train.config import load_run_config
     from llmctl.plan.ladder import build_ladder, commands, makefile, parse_size
 
     check_flags("plan ladder", min_tpp=min_tpp, max_tpp=max_tpp)
@@ -42,13 +42,10 @@ def ladder(
         raise UsageError(f"--min-tpp {min_tpp:g} must be below --max-tpp {max_tpp:g}")
     for b in budget:
         check_flags("plan ladder", budget=b)
-    preset = read_toml(find_config("train", config))
-    vocab = TokenDataset(Path(tokens)).vocab_size
-    base = ModelConfig.from_dict({**preset.get("model", {}), "vocab_size": vocab}, f"{config} [model]")
-    train = preset.get("train", {})
-    seq_len, batch_tokens = int(train.get("seq_len", 256)), int(train.get("batch_tokens", 8192))
-    lad = build_ladder(base, [parse_size(s) for s in size], budget, seq_len=seq_len, batch_tokens=batch_tokens,
-                       cooldown_frac=float(train.get("cooldown_frac", 0.2)), min_tpp=min_tpp, max_tpp=max_tpp)
+    model_cfg, train = load_run_config(config, {})  # the preset as `llmctl train --config` reads it
+    base = dataclasses.replace(model_cfg, vocab_size=TokenDataset(Path(tokens)).vocab_size)  # as train replaces it
+    lad = build_ladder(base, [parse_size(s) for s in size], budget, seq_len=train.seq_len, batch_tokens=train.batch_tokens,
+                       cooldown_frac=train.cooldown_frac, warmup_frac=train.warmup_frac, min_tpp=min_tpp, max_tpp=max_tpp)
     extra = shlex.split(train_args or "")
     cmds = commands(lad, tokens, val, config, runs, extra)
     text = makefile(lad, cmds, runs)
